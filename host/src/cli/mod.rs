@@ -1,0 +1,89 @@
+//! Command-line interface: argument parsing and the commands' glue. Each
+//! command lives in its own module.
+
+mod plugin;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// A Kubernetes dynamic volume provisioner whose storage backends are
+/// sandboxed WebAssembly components.
+#[derive(Debug, Parser)]
+#[command(name = "wasmprov", version, about, propagate_version = true)]
+pub struct Cli {
+    #[command(flatten)]
+    pub log: LogArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Work with a plugin component locally, without a cluster.
+    #[command(subcommand)]
+    Plugin(plugin::PluginCommand),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct LogArgs {
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "WASMPROV_LOG_FORMAT")]
+    pub log_format: LogFormat,
+    /// Log filter, e.g. `info` or `wasmprov=debug,plugin=trace`.
+    #[arg(long, global = true, default_value = "info", env = "WASMPROV_LOG")]
+    pub log: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Options shared by every command that loads plugins.
+#[derive(Debug, Clone, Args)]
+pub struct RuntimeArgs {
+    /// Sandbox policy file (YAML); without it plugins get the default limits,
+    /// no directories and no network.
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    /// Directory for compiled components, so the next load skips compilation.
+    #[arg(
+        long,
+        value_name = "DIR",
+        env = "WASMPROV_CACHE_DIR",
+        conflicts_with = "no_cache"
+    )]
+    pub cache_dir: Option<PathBuf>,
+    /// Compile every time; keep nothing on disk.
+    #[arg(long)]
+    pub no_cache: bool,
+}
+
+/// Sets up `tracing` on stderr (stdout is reserved for command output).
+pub fn init_logging(args: &LogArgs) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_new(&args.log).unwrap_or_else(|e| {
+        eprintln!(
+            "warning: invalid --log filter {:?} ({e}); using \"info\"",
+            args.log
+        );
+        EnvFilter::new("info")
+    });
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match args.log_format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+}
+
+/// Runs a parsed command line.
+pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Plugin(cmd) => plugin::run(cmd).await,
+    }
+}

@@ -1,0 +1,296 @@
+//! `wasmprov plugin check|invoke|delete`: run a plugin component against
+//! Kubernetes objects read from files, with no cluster.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::StorageClass;
+use serde::de::DeserializeOwned;
+use sha2::{Digest, Sha256};
+
+use super::RuntimeArgs;
+use crate::provisioner::ProvisionOptions;
+use crate::runtime::{CacheOutcome, PolicySet, Runtime, RuntimeConfig};
+use crate::wasm_provisioner::WasmProvisioner;
+
+#[derive(Debug, Subcommand)]
+pub enum PluginCommand {
+    /// Check that FILE is a plugin component this host can run, and describe it.
+    Check(CheckArgs),
+    /// Provision a volume for a claim with the plugin; print the PersistentVolume.
+    Invoke(InvokeArgs),
+    /// Delete the storage of a PersistentVolume with the plugin.
+    Delete(DeleteArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PluginFile {
+    /// The plugin component (`.wasm`).
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    /// The plugin's name, used to find its sandbox policy and recorded on
+    /// volumes [default: FILE's name without `.wasm`].
+    #[arg(long)]
+    pub name: Option<String>,
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub plugin: PluginFile,
+}
+
+#[derive(Debug, Args)]
+pub struct InvokeArgs {
+    #[command(flatten)]
+    pub plugin: PluginFile,
+    /// The StorageClass (YAML or JSON).
+    #[arg(long, value_name = "FILE")]
+    pub class: PathBuf,
+    /// The PersistentVolumeClaim (YAML or JSON). Without `metadata.uid`, a uid
+    /// derived from its namespace and name is used, so repeated invokes name
+    /// the volume the same way.
+    #[arg(long, value_name = "FILE")]
+    pub pvc: PathBuf,
+    /// The node the scheduler selected (for WaitForFirstConsumer classes).
+    #[arg(long, value_name = "FILE")]
+    pub node: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct DeleteArgs {
+    #[command(flatten)]
+    pub plugin: PluginFile,
+    /// The PersistentVolume to delete (YAML or JSON), as `invoke` printed it.
+    #[arg(long, value_name = "FILE")]
+    pub pv: PathBuf,
+}
+
+pub async fn run(cmd: PluginCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        PluginCommand::Check(args) => check(args).await,
+        PluginCommand::Invoke(args) => invoke(args).await,
+        PluginCommand::Delete(args) => delete(args).await,
+    }
+}
+
+/// The plugin loaded from its file, with the runtime that runs it.
+struct Loaded {
+    _runtime: Runtime,
+    provisioner: WasmProvisioner,
+}
+
+fn plugin_name(args: &PluginFile) -> anyhow::Result<String> {
+    if let Some(name) = &args.name {
+        return Ok(name.clone());
+    }
+    let file_name = args
+        .file
+        .file_name()
+        .and_then(|n| n.to_str())
+        .with_context(|| {
+            format!(
+                "{}: cannot derive a plugin name; pass --name",
+                args.file.display()
+            )
+        })?;
+    Ok(file_name
+        .strip_suffix(".wasm")
+        .unwrap_or(file_name)
+        .to_owned())
+}
+
+fn runtime(args: &RuntimeArgs) -> anyhow::Result<Runtime> {
+    let cache_dir = if args.no_cache {
+        None
+    } else {
+        args.cache_dir.clone().or_else(default_cache_dir)
+    };
+    Ok(Runtime::new(RuntimeConfig {
+        cache_dir,
+        ..RuntimeConfig::default()
+    })?)
+}
+
+fn default_cache_dir() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("wasmprov").join("compiled"))
+}
+
+async fn load(args: &PluginFile) -> anyhow::Result<Loaded> {
+    let name = plugin_name(args)?;
+    let policies = match &args.runtime.policy {
+        Some(path) => PolicySet::load(path)?,
+        None => PolicySet::default(),
+    };
+    let bytes = std::fs::read(&args.file)
+        .with_context(|| format!("cannot read plugin file {}", args.file.display()))?;
+    let runtime = runtime(&args.runtime)?;
+    let plugin = runtime
+        .load(&name, &bytes, policies.for_plugin(&name))
+        .await
+        .with_context(|| format!("{} cannot be used as a plugin", args.file.display()))?;
+    Ok(Loaded {
+        _runtime: runtime,
+        provisioner: WasmProvisioner::new(Arc::new(plugin)),
+    })
+}
+
+fn read_object<T: DeserializeOwned>(path: &Path, what: &str) -> anyhow::Result<T> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the {what} file {}", path.display()))?;
+    serde_yaml::from_str(&text).with_context(|| {
+        format!(
+            "{} is not a valid {what} manifest (YAML or JSON, one object)",
+            path.display()
+        )
+    })
+}
+
+async fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
+    let loaded = load(&args.plugin).await?;
+    let plugin = loaded.provisioner.plugin();
+    let compiled = plugin.compiled();
+    let cache = match compiled.cache {
+        CacheOutcome::Hit => "loaded from cache",
+        CacheOutcome::Compiled => "compiled, cached",
+        CacheOutcome::CompiledUncached => "compiled, not cached",
+    };
+    println!("file:          {}", args.plugin.file.display());
+    println!("plugin:        {}", plugin.name());
+    println!("size:          {} bytes", compiled.size);
+    println!("digest:        {}", compiled.digest);
+    println!(
+        "contract:      wasmprov:provisioner@{} (supported by this host: {})",
+        compiled.contract_version,
+        crate::runtime::bindings::CONTRACT_VERSION
+    );
+    println!(
+        "capabilities:  block-volumes={}",
+        plugin.capabilities().block_volumes
+    );
+    println!("load:          {:?} ({cache})", compiled.compile_time);
+    println!("imports:");
+    for import in &compiled.surface.imports {
+        println!("  {import}");
+    }
+    println!("exports:");
+    for export in &compiled.surface.exports {
+        println!("  {export}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn invoke(args: InvokeArgs) -> anyhow::Result<ExitCode> {
+    let class: StorageClass = read_object(&args.class, "StorageClass")?;
+    let mut claim: PersistentVolumeClaim = read_object(&args.pvc, "PersistentVolumeClaim")?;
+    let node: Option<Node> = args
+        .node
+        .as_deref()
+        .map(|p| read_object(p, "Node"))
+        .transpose()?;
+    let namespace = claim
+        .metadata
+        .namespace
+        .get_or_insert_with(|| "default".to_owned())
+        .clone();
+    let name = claim
+        .metadata
+        .name
+        .clone()
+        .with_context(|| format!("{}: the claim has no metadata.name", args.pvc.display()))?;
+    let uid = claim
+        .metadata
+        .uid
+        .get_or_insert_with(|| stable_uid(&namespace, &name))
+        .clone();
+    if let Some(spec_class) = claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.storage_class_name.as_ref())
+    {
+        let class_name = class.metadata.name.as_deref().unwrap_or_default();
+        if spec_class != class_name {
+            tracing::warn!(
+                "claim {namespace}/{name} names StorageClass {spec_class:?}, but {} is {class_name:?}; provisioning with the given class",
+                args.class.display()
+            );
+        }
+    }
+    let opts = ProvisionOptions {
+        pv_name: format!("pvc-{uid}"),
+        claim,
+        class,
+        selected_node: node,
+    };
+    let loaded = load(&args.plugin).await?;
+    match loaded.provisioner.provision(&opts).await {
+        Ok(pv) => {
+            print!("{}", to_yaml(&pv)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!(
+                "error: provisioning {} for claim {namespace}/{name} failed ({}): {}",
+                opts.pv_name,
+                state_name(e.state),
+                e.message
+            );
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+async fn delete(args: DeleteArgs) -> anyhow::Result<ExitCode> {
+    let pv: PersistentVolume = read_object(&args.pv, "PersistentVolume")?;
+    let loaded = load(&args.plugin).await?;
+    let name = pv.metadata.name.clone().unwrap_or_default();
+    match loaded.provisioner.delete(&pv).await {
+        Ok(()) => {
+            println!("deleted the storage of PersistentVolume {name}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("error: {}", e.message);
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+fn state_name(state: crate::provisioner::ProvisionState) -> &'static str {
+    use crate::provisioner::ProvisionState as S;
+    match state {
+        S::Failed => "failed",
+        S::InBackground => "in-background",
+        S::NoChange => "no-change",
+        S::Reschedule => "reschedule",
+        S::InvalidArgument => "invalid-argument",
+    }
+}
+
+/// A UUID-shaped id derived from the claim's namespace and name.
+fn stable_uid(namespace: &str, name: &str) -> String {
+    let h = hex::encode(&Sha256::digest(format!("{namespace}/{name}"))[..16]);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+/// A PersistentVolume as YAML with its apiVersion and kind first.
+fn to_yaml(pv: &PersistentVolume) -> anyhow::Result<String> {
+    // k8s-openapi serialises apiVersion and kind itself.
+    Ok(serde_yaml::to_string(pv)?)
+}

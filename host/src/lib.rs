@@ -1,0 +1,14 @@
+//! wasmprov: a Kubernetes dynamic volume provisioner whose backends are
+//! sandboxed WebAssembly components.
+//!
+//! - [`provisioner`]: the backend contract in Kubernetes terms.
+//! - [`runtime`]: loads and runs plugin components (Wasm only, no Kubernetes).
+//! - [`wasm_provisioner`]: a plugin seen as a provisioner (Kubernetes ↔ WIT).
+//! - [`quantity`], [`text`]: small helpers.
+
+pub mod cli;
+pub mod provisioner;
+pub mod quantity;
+pub mod runtime;
+pub mod text;
+pub mod wasm_provisioner;

@@ -1,0 +1,107 @@
+//! The contract between the provisioning lifecycle and a storage backend, in
+//! Kubernetes terms. It mirrors the Go library's `Provisioner` interface:
+//! `provision` turns a claim into a PersistentVolume, `delete` removes the
+//! storage of a released one, and a failed provision says what the backend may
+//! still be doing ([`ProvisionState`]).
+
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::StorageClass;
+
+/// The StorageClass parameter that names the plugin; the host consumes it and
+/// passes the other parameters to the plugin.
+pub const PLUGIN_PARAMETER: &str = "plugin";
+
+/// Annotations the host records on every PersistentVolume it creates, so that
+/// `delete` reaches the right plugin even after the class or plugin changed.
+pub mod annotations {
+    /// The plugin that made the volume.
+    pub const PLUGIN: &str = "wasmprov.io/plugin";
+    /// `sha256:<hex>` of the plugin component that made the volume.
+    pub const PLUGIN_DIGEST: &str = "wasmprov.io/plugin-digest";
+    /// The class parameters given to the plugin, as a JSON object.
+    pub const PARAMETERS: &str = "wasmprov.io/parameters";
+    /// The provisioner that made the volume (standard Kubernetes annotation).
+    pub const PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
+    /// Prefix reserved for the host; plugins may not set annotations under it.
+    pub const RESERVED_PREFIX: &str = "wasmprov.io/";
+}
+
+/// Everything a backend needs to provision a volume for a claim (the Go
+/// library's `ProvisionOptions`).
+#[derive(Debug, Clone)]
+pub struct ProvisionOptions {
+    /// The PersistentVolume's name: `pvc-<claim uid>`.
+    pub pv_name: String,
+    pub claim: PersistentVolumeClaim,
+    pub class: StorageClass,
+    /// The node the scheduler picked (WaitForFirstConsumer only).
+    pub selected_node: Option<Node>,
+}
+
+impl ProvisionOptions {
+    /// The deterministic PersistentVolume name of a claim: a restart or a retry
+    /// never makes a second volume.
+    pub fn pv_name_for(claim: &PersistentVolumeClaim) -> Option<String> {
+        claim.metadata.uid.as_ref().map(|uid| format!("pvc-{uid}"))
+    }
+}
+
+/// What the backend may still be doing after a provision that produced no
+/// volume (the Go library's `ProvisioningState`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProvisionState {
+    /// Nothing was created; retry with backoff.
+    Failed,
+    /// The backend may still be creating the volume: keep calling provision for
+    /// this claim, even if it is deleted, until a final answer.
+    InBackground,
+    /// Nothing changed since the last attempt; retry quietly.
+    NoChange,
+    /// The selected node cannot host the volume: ask for another node.
+    Reschedule,
+    /// The request can never succeed as it is; retry only slowly.
+    InvalidArgument,
+}
+
+/// A provision that produced no volume.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ProvisionError {
+    pub state: ProvisionState,
+    /// What failed, for which object, and what to do: shown in claim events.
+    pub message: String,
+}
+
+impl ProvisionError {
+    pub fn new(state: ProvisionState, message: impl Into<String>) -> Self {
+        Self {
+            state,
+            message: message.into(),
+        }
+    }
+}
+
+/// Why a volume's storage was not deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeleteState {
+    /// Deleting failed: keep the PersistentVolume and retry with backoff.
+    Failed,
+    /// The backend does not own this volume: leave it alone, no error event.
+    Ignored,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct DeleteError {
+    pub state: DeleteState,
+    pub message: String,
+}
+
+impl DeleteError {
+    pub fn failed(message: impl Into<String>) -> Self {
+        Self {
+            state: DeleteState::Failed,
+            message: message.into(),
+        }
+    }
+}

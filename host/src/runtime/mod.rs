@@ -1,0 +1,352 @@
+//! The Wasm plugin runtime: compiles, validates and runs plugin components in
+//! a sandbox. It knows the plugin contract (WIT) and nothing of Kubernetes.
+//!
+//! - [`Runtime`]: one wasmtime engine (component model, WASI preview 2, pooling
+//!   allocator, epoch interruption), a compile cache, and admission control.
+//! - [`Plugin`]: one loaded, validated component with its sandbox policy;
+//!   every call runs in a fresh instance so no state leaks between claims.
+//!
+//! Guarantees: a plugin that traps, loops, exhausts its memory, floods its log
+//! or returns garbage fails *that call* with a [`CallError`]; the host and
+//! every other plugin keep working.
+//!
+//! Caveats: the time budget is wall-clock and enforced at epoch ticks
+//! ([`EPOCH_TICK`]); a call blocked inside a host function (e.g. a slow
+//! filesystem) is additionally bounded by a timer around the whole call.
+
+pub mod bindings;
+mod cache;
+mod inspect;
+mod limits;
+mod plugin;
+pub mod policy;
+mod sandbox;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+use tokio::sync::Semaphore;
+use wasmtime::component::{Component, Linker};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+pub use cache::CacheOutcome;
+pub use inspect::Surface;
+pub use limits::MemoryLimitExceeded;
+pub use plugin::{CallError, Plugin};
+pub use policy::{PolicyError, PolicySet, SandboxPolicy};
+pub use sandbox::MAX_LOG_LINES_PER_CALL;
+
+use bindings::{Provisioner, ProvisionerPre};
+use cache::CompileCache;
+use inspect::{BinaryKind, Mismatch};
+use sandbox::CallState;
+
+/// How often the epoch advances; the granularity of per-call time budgets.
+pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// Engine-wide settings, chosen by whoever runs the host.
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// Directory of the compile cache; `None` compiles every load.
+    pub cache_dir: Option<PathBuf>,
+    /// Upper bound for any plugin's `memoryLimit` (pooling slot size).
+    pub max_memory_per_call: u64,
+    /// Calls running at once across all plugins (pooling slots).
+    pub max_concurrent_calls: u32,
+    /// Bytes of each pooled memory kept resident between calls: faster fresh
+    /// instances at the cost of resident memory.
+    pub keep_resident: usize,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self {
+            cache_dir: None,
+            max_memory_per_call: 1 << 30,
+            max_concurrent_calls: 64,
+            keep_resident: 1 << 20,
+        }
+    }
+}
+
+/// A component that cannot be used as a plugin. Nothing of it was run.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("plugin {plugin}: not a WebAssembly file (expected a component for the wasmprov:provisioner@{} world)", bindings::CONTRACT_VERSION)]
+    NotWasm { plugin: String },
+    #[error("plugin {plugin}: this is a core WebAssembly module, not a component; build it for the wasm32-wasip2 target, or wrap it with `wasm-tools component new`")]
+    CoreModule { plugin: String },
+    #[error("plugin {plugin}: not a valid component: {message}")]
+    Invalid { plugin: String, message: String },
+    #[error("plugin {plugin}: a component of another world: it does not export `{}@{}` (it exports: {}); build it against wit/provisioner.wit, world `provisioner`", bindings::PLUGIN_INTERFACE, bindings::CONTRACT_VERSION, list_or_none(.exports))]
+    WrongWorld {
+        plugin: String,
+        exports: Vec<String>,
+    },
+    #[error("plugin {plugin}: built for {interface}@{found}, which this host does not support (it runs {interface}@{}, compatible versions 0.1.x); rebuild the plugin against this host's wit/ or upgrade the host", bindings::CONTRACT_VERSION)]
+    UnsupportedVersion {
+        plugin: String,
+        interface: String,
+        found: String,
+    },
+    #[error("plugin {plugin}: its exports do not match the contract: {message}")]
+    Signature { plugin: String, message: String },
+    #[error("plugin {plugin}: it imports something the sandbox does not provide: {message} (plugins may import WASI preview 2 and wasmprov:provisioner/logging only; for JavaScript, build with `-d http fetch-event`)")]
+    Imports { plugin: String, message: String },
+    #[error("plugin {plugin}: its memory limit {limit} bytes is above the host's maximum of {max} bytes per call; lower memoryLimit in the sandbox policy or raise the host's maximum")]
+    MemoryLimitTooHigh {
+        plugin: String,
+        limit: u64,
+        max: u64,
+    },
+    #[error("plugin {plugin}: failed its first call (capabilities): {source}")]
+    Probe {
+        plugin: String,
+        #[source]
+        source: Box<CallError>,
+    },
+}
+
+fn list_or_none(items: &[String]) -> String {
+    if items.is_empty() {
+        "nothing".to_owned()
+    } else {
+        items.join(", ")
+    }
+}
+
+/// The engine could not be set up (e.g. the pool could not be reserved).
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("cannot configure the Wasm engine: {0}")]
+    Engine(String),
+    #[error("cannot use compile cache directory {path}: {source}")]
+    Cache {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// A validated component, compiled (or loaded from cache) but not yet bound
+/// to a name and policy. Loading is the expensive step; binding is free.
+#[derive(Clone)]
+pub struct Compiled {
+    pub(crate) pre: ProvisionerPre<CallState>,
+    /// `sha256:<hex>` of the component bytes.
+    pub digest: String,
+    pub size: usize,
+    pub contract_version: String,
+    pub surface: Surface,
+    pub cache: CacheOutcome,
+    pub compile_time: Duration,
+}
+
+/// The Wasm engine shared by every plugin.
+pub struct Runtime {
+    engine: Engine,
+    linker: Linker<CallState>,
+    cache: Option<CompileCache>,
+    config: RuntimeConfig,
+    /// Admission control in front of the instance pool: past the pool size,
+    /// instantiation would fail instead of waiting.
+    slots: Arc<Semaphore>,
+    ticker: Option<EpochTicker>,
+}
+
+impl Runtime {
+    pub fn new(config: RuntimeConfig) -> Result<Self, RuntimeError> {
+        let engine_err = |e: wasmtime::Error| RuntimeError::Engine(format!("{e:#}"));
+        let mut pool = PoolingAllocationConfig::default();
+        let slots = config.max_concurrent_calls;
+        // A component holds several core instances and memories (adapters,
+        // language runtimes): size the pool per component, not per module.
+        pool.total_component_instances(slots)
+            .total_core_instances(slots * 16)
+            .total_memories(slots * 4)
+            .total_tables(slots * 16)
+            .total_stacks(slots)
+            .max_memory_size(usize::try_from(config.max_memory_per_call).unwrap_or(usize::MAX))
+            .max_component_instance_size(4 << 20)
+            .max_core_instance_size(4 << 20)
+            .linear_memory_keep_resident(config.keep_resident)
+            .table_keep_resident(64 << 10);
+
+        let mut wasm = Config::new();
+        wasm.wasm_component_model(true)
+            .epoch_interruption(true)
+            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        let engine = Engine::new(&wasm).map_err(engine_err)?;
+
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(engine_err)?;
+        Provisioner::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |s| s)
+            .map_err(engine_err)?;
+
+        let cache = match &config.cache_dir {
+            Some(dir) => {
+                Some(
+                    CompileCache::new(dir, &engine).map_err(|source| RuntimeError::Cache {
+                        path: dir.clone(),
+                        source,
+                    })?,
+                )
+            }
+            None => None,
+        };
+        let ticker = EpochTicker::start(engine.clone())
+            .map_err(|e| RuntimeError::Engine(format!("cannot start the epoch thread: {e}")))?;
+        Ok(Self {
+            ticker: Some(ticker),
+            engine,
+            linker,
+            cache,
+            slots: Arc::new(Semaphore::new(slots as usize)),
+            config,
+        })
+    }
+
+    /// Compiles (or loads from the cache) and validates a component.
+    /// `plugin` names it in errors.
+    pub fn compile(&self, plugin: &str, bytes: &[u8]) -> Result<Compiled, LoadError> {
+        let name = || plugin.to_owned();
+        match inspect::binary_kind(bytes) {
+            BinaryKind::NotWasm => return Err(LoadError::NotWasm { plugin: name() }),
+            BinaryKind::CoreModule => return Err(LoadError::CoreModule { plugin: name() }),
+            BinaryKind::Component => {}
+        }
+        let digest = format!("sha256:{}", hex::encode(Sha256::digest(bytes)));
+        let key = &digest["sha256:".len()..];
+        let started = Instant::now();
+        let (component, outcome) = match self.cache.as_ref().and_then(|c| c.load(&self.engine, key))
+        {
+            Some(component) => (component, CacheOutcome::Hit),
+            None => {
+                let component =
+                    Component::new(&self.engine, bytes).map_err(|e| LoadError::Invalid {
+                        plugin: name(),
+                        message: format!("{e:#}"),
+                    })?;
+                let outcome = match &self.cache {
+                    Some(cache) => match cache.store(key, &component) {
+                        Ok(()) => CacheOutcome::Compiled,
+                        Err(e) => {
+                            tracing::warn!(plugin, error = %e, "cannot write the compile cache; the next start compiles again");
+                            CacheOutcome::CompiledUncached
+                        }
+                    },
+                    None => CacheOutcome::CompiledUncached,
+                };
+                (component, outcome)
+            }
+        };
+        let compile_time = started.elapsed();
+
+        let surface = inspect::surface(&self.engine, &component);
+        let contract_version = inspect::check_contract(&surface).map_err(|m| match m {
+            Mismatch::WrongWorld { exports } => LoadError::WrongWorld {
+                plugin: name(),
+                exports,
+            },
+            Mismatch::UnsupportedVersion { interface, found } => LoadError::UnsupportedVersion {
+                plugin: name(),
+                interface,
+                found,
+            },
+        })?;
+        let instance_pre =
+            self.linker
+                .instantiate_pre(&component)
+                .map_err(|e| LoadError::Imports {
+                    plugin: name(),
+                    message: format!("{e:#}"),
+                })?;
+        let pre = ProvisionerPre::new(instance_pre).map_err(|e| LoadError::Signature {
+            plugin: name(),
+            message: format!("{e:#}"),
+        })?;
+        Ok(Compiled {
+            pre,
+            digest,
+            size: bytes.len(),
+            contract_version,
+            surface,
+            cache: outcome,
+            compile_time,
+        })
+    }
+
+    /// Binds a compiled component to a plugin name and sandbox policy, and
+    /// probes it with a first call (`capabilities`) inside that sandbox.
+    pub async fn instantiate(
+        &self,
+        plugin: &str,
+        compiled: Compiled,
+        policy: SandboxPolicy,
+    ) -> Result<Plugin, LoadError> {
+        if policy.memory_limit > self.config.max_memory_per_call {
+            return Err(LoadError::MemoryLimitTooHigh {
+                plugin: plugin.to_owned(),
+                limit: policy.memory_limit,
+                max: self.config.max_memory_per_call,
+            });
+        }
+        Plugin::probe(plugin, compiled, policy, self.slots.clone())
+            .await
+            .map_err(|source| LoadError::Probe {
+                plugin: plugin.to_owned(),
+                source: Box::new(source),
+            })
+    }
+
+    /// [`Runtime::compile`] then [`Runtime::instantiate`].
+    pub async fn load(
+        &self,
+        plugin: &str,
+        bytes: &[u8],
+        policy: SandboxPolicy,
+    ) -> Result<Plugin, LoadError> {
+        let compiled = self.compile(plugin, bytes)?;
+        self.instantiate(plugin, compiled, policy).await
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        if let Some(t) = self.ticker.take() {
+            t.stop();
+        }
+    }
+}
+
+/// Advances the engine's epoch every [`EPOCH_TICK`] so per-call deadlines
+/// fire. A thread (not a task) keeps ticking even if every runtime worker
+/// is busy.
+struct EpochTicker {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<()>,
+}
+
+impl EpochTicker {
+    fn start(engine: Engine) -> std::io::Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("wasm-epoch".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    std::thread::sleep(EPOCH_TICK);
+                    engine.increment_epoch();
+                }
+            })?;
+        Ok(Self { stop, thread })
+    }
+
+    fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.thread.join();
+    }
+}

@@ -1,0 +1,385 @@
+//! The operator's sandbox policy: what each plugin may use.
+//!
+//! The policy is a YAML file owned by the cluster operator, never by a plugin.
+//! Everything is denied unless granted: a plugin with no entry gets the
+//! defaults below, no directories and no network.
+//!
+//! ```yaml
+//! defaults:              # optional; applies to every plugin
+//!   memoryLimit: 64Mi    # linear memory per call
+//!   timeout: 10s         # wall-clock budget per call
+//!   maxConcurrentCalls: 4
+//! plugins:
+//!   hostpath:
+//!     timeout: 5s
+//!     preopens:
+//!       - host: /var/lib/wasmprov/hostpath   # directory in the host's filesystem
+//!         guest: /volumes                     # where the plugin sees it
+//!         mode: read-write                    # or read-only (the default)
+//!     allowedOutbound: ["10.0.0.5:2049"]      # TCP/UDP peers; default none
+//! ```
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::quantity;
+
+/// Built-in limits for a plugin that the policy does not mention.
+pub const DEFAULT_MEMORY_LIMIT: u64 = 64 << 20;
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DEFAULT_MAX_CONCURRENT_CALLS: usize = 4;
+
+/// A policy file that cannot be used. Nothing of it is applied.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    #[error("cannot read sandbox policy {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("sandbox policy {path} is not valid: {source}")]
+    Parse {
+        path: PathBuf,
+        source: serde_yaml::Error,
+    },
+    #[error("sandbox policy {path}: {field}: {message}")]
+    Invalid {
+        path: PathBuf,
+        field: String,
+        message: String,
+    },
+}
+
+/// Access granted to a preopened directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum DirMode {
+    #[default]
+    ReadOnly,
+    ReadWrite,
+}
+
+/// A host directory the plugin may use, and the path it sees it at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Preopen {
+    pub host: PathBuf,
+    pub guest: String,
+    pub mode: DirMode,
+}
+
+/// The resolved sandbox of one plugin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxPolicy {
+    /// Maximum linear memory of one call, in bytes.
+    pub memory_limit: u64,
+    /// Wall-clock budget of one call.
+    pub timeout: Duration,
+    /// Calls of this plugin running at once; more wait their turn.
+    pub max_concurrent_calls: usize,
+    pub preopens: Vec<Preopen>,
+    /// Socket addresses the plugin may connect to (TCP) or send to (UDP).
+    pub allowed_outbound: Vec<SocketAddr>,
+}
+
+impl Default for SandboxPolicy {
+    fn default() -> Self {
+        Self {
+            memory_limit: DEFAULT_MEMORY_LIMIT,
+            timeout: DEFAULT_TIMEOUT,
+            max_concurrent_calls: DEFAULT_MAX_CONCURRENT_CALLS,
+            preopens: Vec::new(),
+            allowed_outbound: Vec::new(),
+        }
+    }
+}
+
+/// A parsed, validated policy file.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PolicySet {
+    defaults: SandboxPolicy,
+    plugins: BTreeMap<String, SandboxPolicy>,
+}
+
+impl PolicySet {
+    /// Reads and validates a policy file.
+    pub fn load(path: &Path) -> Result<Self, PolicyError> {
+        let text = std::fs::read_to_string(path).map_err(|source| PolicyError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(&text, path)
+    }
+
+    /// Parses and validates policy YAML; `origin` names it in errors.
+    pub fn parse(text: &str, origin: &Path) -> Result<Self, PolicyError> {
+        let file: PolicyFile = if text.trim().is_empty() {
+            PolicyFile::default()
+        } else {
+            serde_yaml::from_str(text).map_err(|source| PolicyError::Parse {
+                path: origin.to_owned(),
+                source,
+            })?
+        };
+        let invalid = |field: String, message: String| PolicyError::Invalid {
+            path: origin.to_owned(),
+            field,
+            message,
+        };
+        let defaults = file
+            .defaults
+            .apply(SandboxPolicy::default(), "defaults")
+            .map_err(|(f, m)| invalid(f, m))?;
+        let mut plugins = BTreeMap::new();
+        for (name, spec) in file.plugins {
+            let field = format!("plugins.{name}");
+            let policy = spec
+                .resolve(defaults.clone(), &field)
+                .map_err(|(f, m)| invalid(f, m))?;
+            plugins.insert(name, policy);
+        }
+        Ok(Self { defaults, plugins })
+    }
+
+    /// The sandbox of the named plugin (the defaults if it has no entry).
+    pub fn for_plugin(&self, name: &str) -> SandboxPolicy {
+        self.plugins
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| self.defaults.clone())
+    }
+
+    /// Names of the plugins the policy has an entry for.
+    pub fn plugin_names(&self) -> impl Iterator<Item = &str> {
+        self.plugins.keys().map(String::as_str)
+    }
+}
+
+type FieldError = (String, String);
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PolicyFile {
+    #[serde(default)]
+    defaults: LimitsSpec,
+    #[serde(default)]
+    plugins: BTreeMap<String, PluginSpec>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct LimitsSpec {
+    memory_limit: Option<String>,
+    timeout: Option<String>,
+    max_concurrent_calls: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct PluginSpec {
+    memory_limit: Option<String>,
+    timeout: Option<String>,
+    max_concurrent_calls: Option<usize>,
+    #[serde(default)]
+    preopens: Vec<PreopenSpec>,
+    #[serde(default)]
+    allowed_outbound: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PreopenSpec {
+    host: PathBuf,
+    guest: String,
+    #[serde(default)]
+    mode: DirMode,
+}
+
+impl LimitsSpec {
+    fn apply(self, mut base: SandboxPolicy, field: &str) -> Result<SandboxPolicy, FieldError> {
+        apply_limits(
+            &mut base,
+            field,
+            self.memory_limit,
+            self.timeout,
+            self.max_concurrent_calls,
+        )?;
+        Ok(base)
+    }
+}
+
+impl PluginSpec {
+    fn resolve(self, mut base: SandboxPolicy, field: &str) -> Result<SandboxPolicy, FieldError> {
+        apply_limits(
+            &mut base,
+            field,
+            self.memory_limit,
+            self.timeout,
+            self.max_concurrent_calls,
+        )?;
+        for (i, p) in self.preopens.into_iter().enumerate() {
+            let at = |sub: &str| format!("{field}.preopens[{i}].{sub}");
+            if !p.host.is_absolute() {
+                return Err((at("host"), format!("{:?} must be an absolute path", p.host)));
+            }
+            if !p.host.is_dir() {
+                return Err((
+                    at("host"),
+                    format!(
+                        "{} is not an existing directory; create it or fix the path",
+                        p.host.display()
+                    ),
+                ));
+            }
+            if !p.guest.starts_with('/') || p.guest.split('/').any(|c| c == "..") {
+                return Err((
+                    at("guest"),
+                    format!(
+                        "{:?} must be an absolute path without \"..\" (e.g. /data)",
+                        p.guest
+                    ),
+                ));
+            }
+            base.preopens.push(Preopen {
+                host: p.host,
+                guest: p.guest,
+                mode: p.mode,
+            });
+        }
+        for (i, addr) in self.allowed_outbound.into_iter().enumerate() {
+            let parsed = addr.parse().map_err(|_| {
+                (
+                    format!("{field}.allowedOutbound[{i}]"),
+                    format!("{addr:?} is not an IP:port address (e.g. \"10.0.0.5:2049\" or \"[fd00::5]:443\"); host names are not resolved"),
+                )
+            })?;
+            base.allowed_outbound.push(parsed);
+        }
+        Ok(base)
+    }
+}
+
+fn apply_limits(
+    base: &mut SandboxPolicy,
+    field: &str,
+    memory_limit: Option<String>,
+    timeout: Option<String>,
+    max_concurrent_calls: Option<usize>,
+) -> Result<(), FieldError> {
+    if let Some(m) = memory_limit {
+        let bytes = quantity::parse_bytes(&m)
+            .map_err(|e| (format!("{field}.memoryLimit"), e.to_string()))?;
+        if bytes < 1 << 20 {
+            return Err((
+                format!("{field}.memoryLimit"),
+                format!("{m} is below the 1Mi minimum a component needs"),
+            ));
+        }
+        base.memory_limit = bytes;
+    }
+    if let Some(t) = timeout {
+        let d = humantime::parse_duration(&t).map_err(|e| {
+            (
+                format!("{field}.timeout"),
+                format!("{t:?} is not a duration like \"500ms\" or \"10s\": {e}"),
+            )
+        })?;
+        if d.is_zero() {
+            return Err((format!("{field}.timeout"), "must be greater than 0".into()));
+        }
+        base.timeout = d;
+    }
+    if let Some(n) = max_concurrent_calls {
+        if n == 0 {
+            return Err((
+                format!("{field}.maxConcurrentCalls"),
+                "must be at least 1".into(),
+            ));
+        }
+        base.max_concurrent_calls = n;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(yaml: &str) -> Result<PolicySet, PolicyError> {
+        PolicySet::parse(yaml, Path::new("policy.yaml"))
+    }
+
+    #[test]
+    fn an_empty_policy_grants_nothing_beyond_the_defaults() {
+        let set = parse("").unwrap();
+        let p = set.for_plugin("anything");
+        assert_eq!(p, SandboxPolicy::default());
+        assert!(p.preopens.is_empty() && p.allowed_outbound.is_empty());
+    }
+
+    #[test]
+    fn plugin_entries_override_the_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let yaml = format!(
+            "defaults: {{memoryLimit: 32Mi, timeout: 2s}}\n\
+             plugins:\n  hostpath:\n    timeout: 500ms\n    maxConcurrentCalls: 9\n    \
+             preopens: [{{host: {}, guest: /volumes, mode: read-write}}]\n    \
+             allowedOutbound: [\"127.0.0.1:2049\"]\n",
+            dir.path().display()
+        );
+        let set = parse(&yaml).unwrap();
+        let p = set.for_plugin("hostpath");
+        assert_eq!(p.memory_limit, 32 << 20);
+        assert_eq!(p.timeout, Duration::from_millis(500));
+        assert_eq!(p.max_concurrent_calls, 9);
+        assert_eq!(p.preopens[0].mode, DirMode::ReadWrite);
+        assert_eq!(p.allowed_outbound, vec!["127.0.0.1:2049".parse().unwrap()]);
+        let other = set.for_plugin("other");
+        assert_eq!(other.timeout, Duration::from_secs(2));
+        assert!(other.preopens.is_empty());
+    }
+
+    #[test]
+    fn mistakes_are_reported_with_the_field_and_the_fix() {
+        let cases = [
+            (
+                "plugins: {a: {memoryLimt: 1Gi}}",
+                "unknown field `memoryLimt`",
+            ),
+            ("plugins: {a: {memoryLimit: lots}}", "plugins.a.memoryLimit"),
+            ("plugins: {a: {memoryLimit: 1Ki}}", "1Mi minimum"),
+            ("plugins: {a: {timeout: forever}}", "plugins.a.timeout"),
+            ("plugins: {a: {timeout: 0s}}", "greater than 0"),
+            ("plugins: {a: {maxConcurrentCalls: 0}}", "at least 1"),
+            ("defaults: {preopens: []}", "unknown field `preopens`"),
+            (
+                "plugins: {a: {preopens: [{host: relative, guest: /x}]}}",
+                "absolute path",
+            ),
+            (
+                "plugins: {a: {preopens: [{host: /no/such/dir/anywhere, guest: /x}]}}",
+                "create it or fix the path",
+            ),
+            (
+                "plugins: {a: {preopens: [{host: /tmp, guest: /x/../y}]}}",
+                "plugins.a.preopens[0].guest",
+            ),
+            (
+                "plugins: {a: {preopens: [{host: /tmp, guest: /x, mode: rw}]}}",
+                "unknown variant `rw`",
+            ),
+            (
+                "plugins: {a: {allowedOutbound: [\"nfs.example:2049\"]}}",
+                "host names are not resolved",
+            ),
+        ];
+        for (yaml, want) in cases {
+            let err = parse(yaml).expect_err(yaml).to_string();
+            assert!(err.contains("policy.yaml"), "{err}");
+            assert!(err.contains(want), "{yaml}: {err}");
+        }
+    }
+}
