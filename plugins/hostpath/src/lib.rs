@@ -1,0 +1,131 @@
+//! wasmprov reference plugin: each volume is a directory `<hostRoot>/<pv-name>`
+//! on the node, served to pods as a `hostPath` volume.
+//!
+//! The plugin creates and removes the directory through a preopen that the
+//! operator's sandbox policy grants: the node directory `hostRoot` mounted
+//! read-write at the guest path `root` (default `/volumes`). It sees nothing
+//! else of the node.
+//!
+//! StorageClass parameters:
+//! - `hostRoot` (required): absolute directory on the node holding the volumes.
+//! - `root` (default `/volumes`): where the sandbox policy preopens `hostRoot`.
+//! - `nodeAffinity` (`"true"`/`"false"`, default `"false"`): pin each volume to
+//!   the node the scheduler selected (needs `volumeBindingMode:
+//!   WaitForFirstConsumer`).
+//!
+//! Unknown parameters are rejected so that typos do not pass silently.
+
+mod plan;
+
+use std::io::ErrorKind;
+
+use exports::wasmprov::provisioner::plugin::Guest;
+use wasmprov::provisioner::logging::{self, Level};
+use wasmprov::provisioner::types::{
+    DeleteError, DeleteRequest, PluginCapabilities, ProvisionError, ProvisionRequest, Volume,
+};
+
+wit_bindgen::generate!({
+    path: "../../wit",
+    world: "provisioner",
+});
+
+struct HostPath;
+
+impl Guest for HostPath {
+    fn capabilities() -> PluginCapabilities {
+        PluginCapabilities {
+            block_volumes: false,
+        }
+    }
+
+    fn provision(request: ProvisionRequest) -> Result<Volume, ProvisionError> {
+        let plan = plan::plan_provision(&request)?;
+        let message = match std::fs::create_dir(&plan.guest_dir) {
+            Ok(()) => "created volume directory",
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+                // Provisioning again (host restart, failed save): the same
+                // directory gives the same volume, as long as it is one.
+                match std::fs::symlink_metadata(&plan.guest_dir) {
+                    Ok(meta) if meta.is_dir() => "volume directory already exists",
+                    Ok(_) => {
+                        return Err(ProvisionError::Failed(format!(
+                            "{} ({}) exists but is not a directory; remove it or pick another \
+                             hostRoot",
+                            plan.guest_dir, plan.host_dir
+                        )))
+                    }
+                    Err(e) => {
+                        return Err(ProvisionError::Failed(format!(
+                            "inspect {}: {e}",
+                            plan.guest_dir
+                        )))
+                    }
+                }
+            }
+            Err(e) => {
+                return Err(ProvisionError::Failed(format!(
+                    "create {}: {e}; {}",
+                    plan.guest_dir,
+                    root_hint(&plan.root)
+                )))
+            }
+        };
+        logging::log(
+            Level::Info,
+            message,
+            &[
+                ("pv".to_string(), request.pv_name.clone()),
+                ("path".to_string(), plan.host_dir.clone()),
+            ],
+        );
+        Ok(plan.volume)
+    }
+
+    fn delete(request: DeleteRequest) -> Result<(), DeleteError> {
+        let plan = plan::plan_delete(&request)?;
+        let message = match std::fs::remove_dir_all(&plan.guest_dir) {
+            Ok(()) => "removed volume directory",
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                // Already gone is success, but only if we can see the root at
+                // all: a missing preopen must not pass for a deleted volume.
+                match std::fs::metadata(&plan.root) {
+                    Ok(meta) if meta.is_dir() => "volume directory already gone",
+                    _ => {
+                        return Err(DeleteError::Failed(format!(
+                            "remove {}: the root {} is not visible; {}",
+                            plan.guest_dir,
+                            plan.root,
+                            root_hint(&plan.root)
+                        )))
+                    }
+                }
+            }
+            Err(e) => {
+                return Err(DeleteError::Failed(format!(
+                    "remove {}: {e}; {}",
+                    plan.guest_dir,
+                    root_hint(&plan.root)
+                )))
+            }
+        };
+        logging::log(
+            Level::Info,
+            message,
+            &[
+                ("pv".to_string(), request.pv_name.clone()),
+                ("path".to_string(), plan.host_dir),
+            ],
+        );
+        Ok(())
+    }
+}
+
+fn root_hint(root: &str) -> String {
+    format!(
+        "does the sandbox policy preopen {root} read-write? (class parameter \"root\", \
+         default /volumes, must name the guest path of the preopen of hostRoot)"
+    )
+}
+
+export!(HostPath);

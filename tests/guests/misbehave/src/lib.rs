@@ -1,0 +1,316 @@
+//! A deliberately hostile or broken wasmprov plugin for the host's sandbox
+//! tests. The class parameter `behavior` picks what `provision` (and `delete`)
+//! do; every behaviour really does the bad thing, so a test that expects the
+//! host to contain it fails when the protection is removed.
+//!
+//! Class parameters (all optional):
+//! - `behavior` (default `ok`): see [`BEHAVIORS`] and the match in `provision`.
+//! - `dir` (default `/data`): guest directory for `write-outside`,
+//!   `write-inside` and `read-inside`.
+//! - `addr` (required by `socket`): `host:port` to connect to.
+//! - `spin-ms` (default `100`): how long `spin` busy-waits.
+//!
+//! Escape attempts (`read-passwd`, `write-outside`, `socket`) answer
+//! `failed("<what>: <error>")` when the sandbox denied them and a volume with the
+//! annotation `escaped` when they succeeded, so a test can tell the two apart.
+
+use std::hint::black_box;
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use exports::wasmprov::provisioner::plugin::Guest;
+use wasmprov::provisioner::logging::{self, Level};
+use wasmprov::provisioner::types::{
+    DeleteError, DeleteRequest, PluginCapabilities, ProvisionError, ProvisionRequest, Volume,
+};
+
+wit_bindgen::generate!({
+    path: "../../../wit",
+    world: "provisioner",
+});
+
+/// Every value of the `behavior` parameter `provision` understands.
+pub const BEHAVIORS: &[&str] = &[
+    "ok",
+    "loop",
+    "oom",
+    "trap",
+    "spin",
+    "log-flood",
+    "invalid-source",
+    "no-source",
+    "two-sources",
+    "zero-capacity",
+    "relative-path",
+    "reserved-annotation",
+    "read-passwd",
+    "write-outside",
+    "write-inside",
+    "read-inside",
+    "socket",
+    "env",
+    "fail",
+    "in-background",
+    "no-change",
+    "reschedule",
+    "invalid-argument",
+];
+
+const DEFAULT_DIR: &str = "/data";
+const DEFAULT_SPIN_MS: u64 = 100;
+const MIB: usize = 1 << 20;
+
+struct Misbehave;
+
+impl Guest for Misbehave {
+    fn capabilities() -> PluginCapabilities {
+        PluginCapabilities {
+            block_volumes: false,
+        }
+    }
+
+    fn provision(request: ProvisionRequest) -> Result<Volume, ProvisionError> {
+        use ProvisionError::{Failed, InBackground, InvalidArgument, NoChange, Reschedule};
+
+        let params = &request.storage_class.parameters;
+        let pv = request.pv_name.as_str();
+        let bytes = request.claim.requested_bytes;
+        let dir = param(params, "dir").unwrap_or(DEFAULT_DIR);
+        let ok = || volume(pv, bytes, Vec::new());
+
+        match param(params, "behavior").unwrap_or("ok") {
+            "ok" => Ok(ok()),
+            "loop" => spin_forever(),
+            "oom" => allocate_forever(),
+            "trap" => panic!("misbehave: deliberate panic"),
+            "spin" => {
+                let ms = spin_ms(params).map_err(InvalidArgument)?;
+                busy_wait(Duration::from_millis(ms));
+                Ok(ok())
+            }
+            "log-flood" => {
+                flood();
+                Ok(ok())
+            }
+
+            // Invalid volumes: the host's validation must reject each one.
+            "invalid-source" => Ok(Volume {
+                source: "this is not JSON {".to_string(),
+                ..ok()
+            }),
+            "no-source" => Ok(Volume {
+                source: "{}".to_string(),
+                ..ok()
+            }),
+            "two-sources" => Ok(Volume {
+                source: serde_json::json!({
+                    "hostPath": { "path": format!("/tmp/ok/{pv}") },
+                    "nfs": { "server": "10.0.0.1", "path": format!("/exports/{pv}") },
+                })
+                .to_string(),
+                ..ok()
+            }),
+            "zero-capacity" => Ok(Volume {
+                capacity_bytes: 0,
+                ..ok()
+            }),
+            "relative-path" => Ok(Volume {
+                source: serde_json::json!({ "hostPath": { "path": "relative/dir" } }).to_string(),
+                ..ok()
+            }),
+            "reserved-annotation" => Ok(volume(
+                pv,
+                bytes,
+                vec![("wasmprov.io/plugin".to_string(), "evil".to_string())],
+            )),
+
+            // Escape attempts: denied → failed, succeeded → annotation `escaped`.
+            "read-passwd" => match std::fs::read_to_string("/etc/passwd") {
+                Ok(text) => Ok(escaped(pv, bytes, text.lines().next().unwrap_or_default())),
+                Err(e) => Err(Failed(format!("read /etc/passwd: {e}"))),
+            },
+            "write-outside" => {
+                let mut errors = Vec::new();
+                for path in ["/escape.txt".to_string(), format!("{dir}/../escape.txt")] {
+                    match std::fs::write(&path, "escaped by misbehave\n") {
+                        Ok(()) => return Ok(escaped(pv, bytes, &format!("wrote {path}"))),
+                        Err(e) => errors.push(format!("write {path}: {e}")),
+                    }
+                }
+                Err(Failed(errors.join("; ")))
+            }
+            "socket" => {
+                let addr = param(params, "addr").ok_or_else(|| {
+                    InvalidArgument("behavior socket needs the parameter addr (host:port)".into())
+                })?;
+                connect(addr)
+                    .map(|()| escaped(pv, bytes, &format!("connected to {addr}")))
+                    .map_err(Failed)
+            }
+
+            // Granted access: prove a read-write preopen works.
+            "write-inside" => {
+                let path = format!("{dir}/inside.txt");
+                std::fs::write(&path, "hello").map_err(|e| Failed(format!("write {path}: {e}")))?;
+                Ok(ok())
+            }
+            "read-inside" => {
+                let path = format!("{dir}/inside.txt");
+                let content = std::fs::read_to_string(&path)
+                    .map_err(|e| Failed(format!("read {path}: {e}")))?;
+                Ok(volume(pv, bytes, vec![("content".to_string(), content)]))
+            }
+            "env" => {
+                let env = std::env::vars()
+                    .map(|(key, value)| format!("{key}={value}"))
+                    .collect::<Vec<_>>()
+                    .join(";");
+                let args = std::env::args().collect::<Vec<_>>().join(" ");
+                Ok(volume(
+                    pv,
+                    bytes,
+                    vec![("env".to_string(), env), ("args".to_string(), args)],
+                ))
+            }
+
+            // Each error variant of the contract, on demand.
+            "fail" => Err(Failed("misbehave: deliberate failure".to_string())),
+            "in-background" => Err(InBackground("misbehave: still creating".to_string())),
+            "no-change" => Err(NoChange("misbehave: nothing changed".to_string())),
+            "reschedule" => Err(Reschedule(
+                "misbehave: this node cannot host it".to_string(),
+            )),
+            "invalid-argument" => Err(InvalidArgument("misbehave: deliberate".to_string())),
+
+            other => Err(InvalidArgument(unknown_behavior(other))),
+        }
+    }
+
+    fn delete(request: DeleteRequest) -> Result<(), DeleteError> {
+        let params = &request.parameters;
+        match param(params, "behavior").unwrap_or("ok") {
+            "loop" => spin_forever(),
+            "oom" => allocate_forever(),
+            "trap" => panic!("misbehave: deliberate panic in delete"),
+            "spin" => {
+                let ms = spin_ms(params).map_err(DeleteError::Failed)?;
+                busy_wait(Duration::from_millis(ms));
+                Ok(())
+            }
+            "log-flood" => {
+                flood();
+                Ok(())
+            }
+            "fail" => Err(DeleteError::Failed(
+                "misbehave: deliberate delete failure".to_string(),
+            )),
+            "ignored" => Err(DeleteError::Ignored("misbehave: not my volume".to_string())),
+            // Everything else only misbehaves in provision: nothing to delete.
+            known if BEHAVIORS.contains(&known) => Ok(()),
+            other => Err(DeleteError::Failed(unknown_behavior(other))),
+        }
+    }
+}
+
+fn param<'a>(params: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    params
+        .iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, value)| value.as_str())
+}
+
+fn unknown_behavior(behavior: &str) -> String {
+    format!(
+        "unknown behavior {behavior:?}; known: {} (delete also knows \"ignored\")",
+        BEHAVIORS.join(", ")
+    )
+}
+
+fn spin_ms(params: &[(String, String)]) -> Result<u64, String> {
+    match param(params, "spin-ms") {
+        None => Ok(DEFAULT_SPIN_MS),
+        Some(value) => value
+            .parse()
+            .map_err(|e| format!("parameter spin-ms={value:?}: {e}")),
+    }
+}
+
+/// A healthy volume: `hostPath` at `/tmp/ok/<pv>`, the requested capacity.
+fn volume(pv: &str, bytes: u64, annotations: Vec<(String, String)>) -> Volume {
+    Volume {
+        capacity_bytes: bytes,
+        source: serde_json::json!({ "hostPath": { "path": format!("/tmp/ok/{pv}") } }).to_string(),
+        node_affinity: None,
+        mount_options: Vec::new(),
+        labels: Vec::new(),
+        annotations,
+    }
+}
+
+/// The answer of an escape attempt that worked: the sandbox has a hole.
+fn escaped(pv: &str, bytes: u64, what: &str) -> Volume {
+    volume(pv, bytes, vec![("escaped".to_string(), what.to_string())])
+}
+
+/// Loops until the host interrupts it; `black_box` keeps the optimizer from
+/// proving the loop useless.
+fn spin_forever() -> ! {
+    let mut n: u64 = 0;
+    loop {
+        n = black_box(n.wrapping_add(1));
+    }
+}
+
+/// Allocates 1 MiB chunks forever, writing every page and keeping them all.
+fn allocate_forever() -> ! {
+    let mut chunks: Vec<Vec<u8>> = Vec::new();
+    loop {
+        let mut chunk = vec![0u8; MIB];
+        let mark = (chunks.len() as u8) | 1;
+        for page in chunk.chunks_mut(4096) {
+            page[0] = mark;
+        }
+        chunks.push(black_box(chunk));
+        black_box(&chunks);
+    }
+}
+
+/// Busy-waits on the monotonic clock (WASI `monotonic-clock`).
+fn busy_wait(duration: Duration) {
+    let start = Instant::now();
+    while black_box(start.elapsed()) < duration {}
+}
+
+/// 64 log calls of 1 MiB each, then 8 MiB to stdout and to stderr.
+fn flood() {
+    let message = "x".repeat(MIB);
+    for i in 0..64 {
+        logging::log(
+            Level::Info,
+            &message,
+            &[("chunk".to_string(), i.to_string())],
+        );
+    }
+    let chunk = vec![b'y'; MIB];
+    // Write errors (a closed stream) are not this guest's concern.
+    let mut stdout = std::io::stdout().lock();
+    for _ in 0..8 {
+        let _ = stdout.write_all(&chunk);
+    }
+    let _ = stdout.flush();
+    let mut stderr = std::io::stderr().lock();
+    for _ in 0..8 {
+        let _ = stderr.write_all(&chunk);
+    }
+}
+
+/// Opens a TCP connection and sends a line over it.
+fn connect(addr: &str) -> Result<(), String> {
+    let mut stream =
+        std::net::TcpStream::connect(addr).map_err(|e| format!("connect {addr}: {e}"))?;
+    stream
+        .write_all(b"escaped by misbehave\n")
+        .map_err(|e| format!("connected to {addr} but write failed: {e}"))
+}
+
+export!(Misbehave);
