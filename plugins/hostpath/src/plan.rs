@@ -4,7 +4,7 @@
 
 use crate::wasmprov::provisioner::types::{
     DeleteError, DeleteRequest, NodeAffinity, NodeSelectorOperator, NodeSelectorRequirement,
-    NodeSelectorTerm, ProvisionError, ProvisionRequest, Volume, VolumeMode,
+    NodeSelectorTerm, ProvisionError, ProvisionRequest, Volume, VolumeBindingMode, VolumeMode,
 };
 
 /// Class parameter: absolute directory on the node under which volumes live.
@@ -258,10 +258,19 @@ pub fn plan_provision(request: &ProvisionRequest) -> Result<ProvisionPlan, Provi
 
     let node_affinity = if params.node_affinity {
         let node = request.selected_node.as_ref().ok_or_else(|| {
+            let fix = match request.storage_class.volume_binding_mode {
+                VolumeBindingMode::Immediate => format!(
+                    "the StorageClass has volumeBindingMode: Immediate; set it to \
+                     WaitForFirstConsumer (or set {PARAM_NODE_AFFINITY}: \"false\")"
+                ),
+                VolumeBindingMode::WaitForFirstConsumer => "the class waits for the first \
+                     consumer but no node was selected yet (with `wasmprov plugin invoke`, \
+                     pass --node)"
+                    .to_string(),
+            };
             InvalidArgument(format!(
-                "class parameter {PARAM_NODE_AFFINITY}=\"true\" needs a selected node, but the \
-                 claim has none: give the StorageClass volumeBindingMode: \
-                 WaitForFirstConsumer (or set {PARAM_NODE_AFFINITY}: \"false\")"
+                "class parameter {PARAM_NODE_AFFINITY}=\"true\" pins the volume to the selected \
+                 node, but the request has none: {fix}"
             ))
         })?;
         let hostname = node
@@ -610,9 +619,11 @@ mod tests {
     #[test]
     fn node_affinity_needs_a_selected_node() {
         let mut r = request(&[("hostRoot", "/srv"), ("nodeAffinity", "true")]);
-        assert!(invalid(plan_provision(&r)).contains("WaitForFirstConsumer"));
+        assert!(invalid(plan_provision(&r)).contains("set it to WaitForFirstConsumer"));
 
         r.storage_class.volume_binding_mode = VolumeBindingMode::WaitForFirstConsumer;
+        assert!(invalid(plan_provision(&r)).contains("no node was selected"));
+
         r.selected_node = Some(Node {
             name: "node-a".to_string(),
             labels: params(&[("kubernetes.io/hostname", "host-a")]),

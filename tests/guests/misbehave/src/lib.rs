@@ -129,16 +129,9 @@ impl Guest for Misbehave {
                 Ok(text) => Ok(escaped(pv, bytes, text.lines().next().unwrap_or_default())),
                 Err(e) => Err(Failed(format!("read /etc/passwd: {e}"))),
             },
-            "write-outside" => {
-                let mut errors = Vec::new();
-                for path in ["/escape.txt".to_string(), format!("{dir}/../escape.txt")] {
-                    match std::fs::write(&path, "escaped by misbehave\n") {
-                        Ok(()) => return Ok(escaped(pv, bytes, &format!("wrote {path}"))),
-                        Err(e) => errors.push(format!("write {path}: {e}")),
-                    }
-                }
-                Err(Failed(errors.join("; ")))
-            }
+            "write-outside" => write_outside(dir)
+                .map(|what| escaped(pv, bytes, &what))
+                .map_err(Failed),
             "socket" => {
                 let addr = param(params, "addr").ok_or_else(|| {
                     InvalidArgument("behavior socket needs the parameter addr (host:port)".into())
@@ -302,6 +295,66 @@ fn flood() {
     for _ in 0..8 {
         let _ = stderr.write_all(&chunk);
     }
+}
+
+/// Tries to write a file outside the preopens: at `/`, through `..` from
+/// `dir`, and through a symlink in `dir` pointing (relatively) at `/`. Returns what worked,
+/// or every error.
+fn write_outside(dir: &str) -> Result<String, String> {
+    let content = "escaped by misbehave\n";
+    let mut errors = Vec::new();
+    for path in ["/escape.txt".to_string(), format!("{dir}/../escape.txt")] {
+        match std::fs::write(&path, content) {
+            Ok(()) => return Ok(format!("wrote {path}")),
+            Err(e) => errors.push(format!("write {path}: {e}")),
+        }
+    }
+    let up = UP_TO_ROOT.to_string_lossy();
+    let link = format!("{dir}/escape-link");
+    match symlink_to_root(&link) {
+        Ok(()) => {
+            let path = format!("{link}/escape.txt");
+            let result = std::fs::write(&path, content);
+            let _ = std::fs::remove_file(&link);
+            match result {
+                Ok(()) => return Ok(format!("wrote {path} (symlink to {up})")),
+                Err(e) => errors.push(format!("write {path} (symlink to {up}): {e}")),
+            }
+        }
+        Err(e) => errors.push(format!("symlink {link} -> {up}: {e}")),
+    }
+    Err(errors.join("; "))
+}
+
+/// A relative symlink target that climbs to `/` from any directory less than
+/// 16 levels deep (wasmtime refuses to create absolute symlinks at all).
+const UP_TO_ROOT: &std::ffi::CStr = c"../../../../../../../../../../../../../../../..";
+
+/// `std::os::wasi::fs::symlink_path` is unstable on wasm32-wasip2, so call
+/// wasi-libc's `symlink(2)` (linked into every wasip2 std program) directly.
+#[cfg(target_os = "wasi")]
+fn symlink_to_root(link: &str) -> std::io::Result<()> {
+    use std::ffi::{c_char, c_int, CString};
+    extern "C" {
+        fn symlink(target: *const c_char, link: *const c_char) -> c_int;
+    }
+    let link = CString::new(link).map_err(|_| std::io::ErrorKind::InvalidInput)?;
+    // SAFETY: both arguments are valid NUL-terminated strings that outlive the call.
+    if unsafe { symlink(UP_TO_ROOT.as_ptr(), link.as_ptr()) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+#[cfg(unix)]
+fn symlink_to_root(link: &str) -> std::io::Result<()> {
+    std::os::unix::fs::symlink(UP_TO_ROOT.to_str().unwrap_or(".."), link)
+}
+
+#[cfg(not(any(target_os = "wasi", unix)))]
+fn symlink_to_root(_link: &str) -> std::io::Result<()> {
+    Err(std::io::ErrorKind::Unsupported.into())
 }
 
 /// Opens a TCP connection and sends a line over it.
