@@ -12,6 +12,8 @@
 # - Outputs are replaced atomically (copy to a temporary file, then rename) and
 #   only when their content changed: a reader never sees half a file, and a file
 #   watcher never sees a spurious change.
+# - RUSTFLAGS and friends are ignored (they are usually meant for the host);
+#   pass plugin flags with CARGO_TARGET_WASM32_WASIP2_RUSTFLAGS.
 # - Safe to run from several processes at once (cargo serializes on its build
 #   directory lock; the renames are atomic) and fast when nothing changed.
 #
@@ -20,7 +22,7 @@
 # from the "Build" section at the bottom.
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 RUST_TARGET=wasm32-wasip2
 PROFILE=plugin
 WASM_BUILD_DIR="$ROOT/target/wasm-build"
@@ -32,7 +34,7 @@ for arg in "$@"; do
     case "$arg" in
         -q | --quiet) QUIET=(--quiet) ;;
         -h | --help)
-            sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+            sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
             exit 0
             ;;
         *)
@@ -45,6 +47,10 @@ done
 die() {
     echo "plugins/build.sh: error: $*" >&2
     exit 1
+}
+
+warn() {
+    echo "plugins/build.sh: warning: $*" >&2
 }
 
 # Pairs "built-file<TAB>output-file", filled by the language sections.
@@ -69,10 +75,25 @@ build_rust() {
     [[ -d "$sysroot/lib/rustlib/$RUST_TARGET" ]] ||
         die "the Rust target $RUST_TARGET is not installed for $(cd "$ROOT" && rustc --version); run: rustup target add $RUST_TARGET"
 
+    # Flags meant for the host build (target-cpu=native, coverage
+    # instrumentation from `cargo llvm-cov`...) break or bloat a wasm build.
+    # Flags for plugins go in CARGO_TARGET_WASM32_WASIP2_RUSTFLAGS.
+    unset RUSTFLAGS CARGO_ENCODED_RUSTFLAGS CARGO_BUILD_RUSTFLAGS
+
+    # Workspace members (with their manifest paths): a crate that is not one
+    # cannot be built from the workspace, so it is skipped with a warning.
+    local members
+    members="$(cd "$ROOT" && cargo metadata --no-deps --format-version 1 --offline)" ||
+        die "cargo metadata failed in $ROOT (see above)"
+
     local packages=() pending=() manifest dir name out_dir
     for manifest in "$ROOT"/plugins/*/Cargo.toml "$ROOT"/tests/guests/*/Cargo.toml; do
         [[ -f "$manifest" ]] || continue
         dir="$(dirname "$manifest")"
+        if [[ "$members" != *"\"manifest_path\":\"$manifest\""* ]]; then
+            warn "skipped ${dir#"$ROOT"/}: not a member of the workspace; add \"${dir#"$ROOT"/}\" to [workspace] members in Cargo.toml"
+            continue
+        fi
         name="$(package_name "$manifest")"
         [[ -n "$name" ]] || die "no [package] name in ${manifest#"$ROOT"/}"
         case "$dir" in
@@ -87,7 +108,7 @@ build_rust() {
 
     (cd "$ROOT" && cargo build ${QUIET[@]+"${QUIET[@]}"} --profile "$PROFILE" --target "$RUST_TARGET" \
         --target-dir "$WASM_BUILD_DIR" "${packages[@]}") ||
-        die "cargo build of the Rust plugins failed (see above); each crate under plugins/ and tests/guests/ must be a member of the workspace in Cargo.toml"
+        die "cargo build of the Rust plugins failed (see above)"
 
     local entry
     for entry in "${pending[@]}"; do
