@@ -140,18 +140,32 @@ impl fmt::Display for Bytes {
         if n == 0 {
             return f.write_str("0");
         }
-        for (suffix, shift) in BINARY.iter().rev() {
-            if n % (1u64 << shift) == 0 {
-                return write!(f, "{}{}", n >> shift, suffix);
-            }
-        }
-        for (suffix, exp) in DECIMAL.iter().skip(1).rev() {
-            let unit = 10u64.pow(*exp);
-            if n % unit == 0 {
-                return write!(f, "{}{}", n / unit, suffix);
-            }
-        }
-        write!(f, "{n}")
+        // The largest exact binary and decimal forms; the shorter wins, and
+        // binary wins a tie ("1Gi" rather than "1073741824", "10G" rather
+        // than "9765625Ki").
+        let binary = BINARY
+            .iter()
+            .rev()
+            .find(|(_, shift)| n.is_multiple_of(1u64 << shift))
+            .map(|(suffix, shift)| format!("{}{suffix}", n >> shift));
+        let decimal = DECIMAL
+            .iter()
+            .skip(1)
+            .rev()
+            .find(|(_, exp)| n.is_multiple_of(10u64.pow(*exp)))
+            .map(|(suffix, exp)| format!("{}{suffix}", n / 10u64.pow(*exp)));
+        let plain = n.to_string();
+        let best = [binary, decimal]
+            .into_iter()
+            .flatten()
+            .fold(plain, |best, c| {
+                if c.len() < best.len() || (c.len() == best.len() && c.ends_with('i')) {
+                    c
+                } else {
+                    best
+                }
+            });
+        f.write_str(&best)
     }
 }
 

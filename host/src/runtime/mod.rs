@@ -38,7 +38,7 @@ pub use inspect::Surface;
 pub use limits::MemoryLimitExceeded;
 pub use plugin::{CallError, Plugin};
 pub use policy::{PolicyError, PolicySet, SandboxPolicy};
-pub use sandbox::MAX_LOG_LINES_PER_CALL;
+pub use sandbox::{MAX_LOG_BYTES_PER_CALL, MAX_LOG_LINES_PER_CALL};
 
 use bindings::{Provisioner, ProvisionerPre};
 use cache::CompileCache;

@@ -19,6 +19,7 @@ use crate::text::truncate;
 /// How much a single call may log before the host starts dropping lines.
 /// Keeps a misbehaving plugin from flooding the host's log pipeline.
 pub const MAX_LOG_LINES_PER_CALL: u32 = 100;
+pub const MAX_LOG_BYTES_PER_CALL: usize = 64 * 1024;
 pub const MAX_LOG_LINE_BYTES: usize = 4096;
 const MAX_LOG_FIELDS: usize = 32;
 /// Bytes of stdout/stderr kept per call (the rest is dropped and counted).
@@ -106,6 +107,7 @@ pub struct PluginLog {
     plugin: String,
     subject: String,
     lines_left: u32,
+    bytes_left: usize,
     pub(crate) dropped: u64,
 }
 
@@ -115,6 +117,7 @@ impl PluginLog {
             plugin: plugin.to_owned(),
             subject: subject.to_owned(),
             lines_left: MAX_LOG_LINES_PER_CALL,
+            bytes_left: MAX_LOG_BYTES_PER_CALL,
             dropped: 0,
         }
     }
@@ -126,7 +129,7 @@ impl PluginLog {
                 plugin = %self.plugin,
                 subject = %self.subject,
                 dropped = self.dropped,
-                "plugin exceeded its log budget of {MAX_LOG_LINES_PER_CALL} lines per call; lines were dropped"
+                "plugin exceeded its log budget of {MAX_LOG_LINES_PER_CALL} lines or {} KiB per call; lines were dropped", MAX_LOG_BYTES_PER_CALL / 1024
             );
         }
     }
@@ -138,18 +141,20 @@ impl types::Host for CallState {}
 impl logging::Host for CallState {
     fn log(&mut self, level: logging::Level, message: String, fields: Vec<(String, String)>) {
         let log = &mut self.log;
-        if log.lines_left == 0 {
+        if log.lines_left == 0 || log.bytes_left == 0 {
             log.dropped += 1;
             return;
         }
         log.lines_left -= 1;
-        let message = truncate(&message, MAX_LOG_LINE_BYTES);
+        let message = truncate(&message, MAX_LOG_LINE_BYTES.min(log.bytes_left));
+        log.bytes_left = log.bytes_left.saturating_sub(message.len());
         let fields = fields
             .iter()
             .take(MAX_LOG_FIELDS)
             .map(|(k, v)| format!("{}={:?}", truncate(k, 64), truncate(v, 256)))
             .collect::<Vec<_>>()
             .join(" ");
+        log.bytes_left = log.bytes_left.saturating_sub(fields.len());
         let (plugin, subject) = (&log.plugin, &log.subject);
         match level {
             logging::Level::Trace => {

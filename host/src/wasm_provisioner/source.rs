@@ -128,7 +128,9 @@ fn check_semantics(kind: &str, source: &Value) -> Result<(), String> {
     };
     let absolute = |field: &str| {
         let p = text(field);
-        if !p.starts_with('/') {
+        if p.is_empty() {
+            Err(format!("source.{kind}.{field} is required"))
+        } else if !p.starts_with('/') {
             Err(format!(
                 "source.{kind}.{field} must be an absolute path, got {p:?}"
             ))
@@ -195,7 +197,7 @@ mod tests {
                 r#"{"hostpath":{"path":"/a"}}"#,
                 "unknown volume type \"hostpath\"",
             ),
-            (r#"{"hostPath":{}}"#, "missing field `path`"),
+            (r#"{"hostPath":{}}"#, "source.hostPath.path is required"),
             (
                 r#"{"hostPath":{"path":"/a","tpye":"Directory"}}"#,
                 "source.hostPath.tpye",

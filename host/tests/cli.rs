@@ -1,0 +1,274 @@
+//! `wasmprov plugin check|invoke|delete` as a user runs them: files in,
+//! YAML and messages out, exit codes.
+
+mod support;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use k8s_openapi::api::core::v1::PersistentVolume;
+use support::*;
+
+fn wasmprov(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_wasmprov"))
+        .args(args)
+        .env(
+            "WASMPROV_CACHE_DIR",
+            workspace_root().join("target/test-compile-cache"),
+        )
+        .env("WASMPROV_LOG", "warn")
+        .output()
+        .expect("run wasmprov")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+/// A sample setup like deploy/examples, rooted in a temporary directory.
+struct Sample {
+    dir: tempfile::TempDir,
+    class: String,
+    pvc: String,
+    policy: String,
+}
+
+fn sample(size: &str) -> Sample {
+    let dir = tempfile::tempdir().unwrap();
+    let volumes = dir.path().join("volumes");
+    std::fs::create_dir(&volumes).unwrap();
+    let class = write(
+        dir.path(),
+        "sc.yaml",
+        &format!(
+            "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata: {{name: hostpath}}\n\
+             provisioner: wasmprov.io/host\nparameters: {{plugin: hostpath, hostRoot: {}}}\n",
+            volumes.display()
+        ),
+    );
+    let pvc = write(
+        dir.path(),
+        "pvc.yaml",
+        &format!(
+            "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: data, namespace: apps}}\n\
+             spec: {{storageClassName: hostpath, accessModes: [ReadWriteOnce], resources: {{requests: {{storage: {size}}}}}}}\n"
+        ),
+    );
+    let policy = write(
+        dir.path(),
+        "policy.yaml",
+        &format!(
+            "plugins:\n  hostpath:\n    preopens: [{{host: {}, guest: /volumes, mode: read-write}}]\n",
+            volumes.display()
+        ),
+    );
+    Sample {
+        dir,
+        class,
+        pvc,
+        policy,
+    }
+}
+
+#[test]
+fn invoke_prints_the_persistent_volume_and_is_idempotent_then_delete_removes_it() {
+    let hostpath = plugin_path("hostpath");
+    let s = sample("2Gi");
+    let args = [
+        "plugin",
+        "invoke",
+        hostpath.to_str().unwrap(),
+        "--class",
+        &s.class,
+        "--pvc",
+        &s.pvc,
+        "--policy",
+        &s.policy,
+    ];
+    let first = wasmprov(&args);
+    assert!(first.status.success(), "{}", stderr(&first));
+    let pv: PersistentVolume = serde_yaml::from_str(&stdout(&first)).expect("stdout is a PV");
+    let name = pv.metadata.name.clone().unwrap();
+    assert!(name.starts_with("pvc-"), "{name}");
+    let spec = pv.spec.as_ref().unwrap();
+    let dir = s.dir.path().join("volumes").join(&name);
+    assert_eq!(
+        spec.host_path.as_ref().unwrap().path,
+        dir.to_string_lossy(),
+        "hostPath points at the directory it created"
+    );
+    assert!(dir.is_dir());
+    assert_eq!(spec.capacity.as_ref().unwrap()["storage"].0, "2Gi");
+    assert_eq!(spec.storage_class_name.as_deref(), Some("hostpath"));
+    assert_eq!(
+        spec.persistent_volume_reclaim_policy.as_deref(),
+        Some("Delete")
+    );
+    let claim_ref = spec.claim_ref.as_ref().unwrap();
+    assert_eq!(
+        (claim_ref.namespace.as_deref(), claim_ref.name.as_deref()),
+        (Some("apps"), Some("data"))
+    );
+    let ann = pv.metadata.annotations.as_ref().unwrap();
+    assert_eq!(ann["wasmprov.io/plugin"], "hostpath");
+    assert!(ann["wasmprov.io/plugin-digest"].starts_with("sha256:"));
+    assert_eq!(ann["pv.kubernetes.io/provisioned-by"], "wasmprov.io/host");
+
+    let again = wasmprov(&args);
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert_eq!(
+        stdout(&again),
+        stdout(&first),
+        "the same claim gives the same volume"
+    );
+
+    let pv_file = write(s.dir.path(), "pv.yaml", &stdout(&first));
+    let del = [
+        "plugin",
+        "delete",
+        hostpath.to_str().unwrap(),
+        "--pv",
+        &pv_file,
+        "--policy",
+        &s.policy,
+    ];
+    let deleted = wasmprov(&del);
+    assert!(deleted.status.success(), "{}", stderr(&deleted));
+    assert!(!dir.exists(), "delete removed the directory");
+    let again = wasmprov(&del);
+    assert!(
+        again.status.success(),
+        "deleting what is gone succeeds: {}",
+        stderr(&again)
+    );
+}
+
+#[test]
+fn invoke_reports_an_invalid_claim_with_a_non_zero_exit() {
+    let hostpath = plugin_path("hostpath");
+    let s = sample("0");
+    let out = wasmprov(&[
+        "plugin",
+        "invoke",
+        hostpath.to_str().unwrap(),
+        "--class",
+        &s.class,
+        "--pvc",
+        &s.pvc,
+        "--policy",
+        &s.policy,
+    ]);
+    assert!(!out.status.success());
+    assert!(stdout(&out).is_empty(), "no PV printed");
+    let err = stderr(&out);
+    assert!(
+        err.contains("invalid-argument") && err.contains("apps/data"),
+        "{err}"
+    );
+}
+
+#[test]
+fn invoke_names_the_file_when_a_manifest_is_of_the_wrong_kind() {
+    let hostpath = plugin_path("hostpath");
+    let s = sample("1Gi");
+    let out = wasmprov(&[
+        "plugin",
+        "invoke",
+        hostpath.to_str().unwrap(),
+        "--class",
+        &s.pvc,
+        "--pvc",
+        &s.pvc,
+    ]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains(&s.pvc) && err.contains("StorageClass"),
+        "{err}"
+    );
+}
+
+#[test]
+fn check_describes_a_good_plugin() {
+    let hostpath = plugin_path("hostpath");
+    let out = wasmprov(&["plugin", "check", hostpath.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    for want in [
+        "contract:      wasmprov:provisioner@0.1.0",
+        "digest:        sha256:",
+        "wasmprov:provisioner/plugin@0.1.0",
+        "wasmprov:provisioner/logging@0.1.0",
+        "block-volumes=false",
+    ] {
+        assert!(text.contains(want), "missing {want:?} in:\n{text}");
+    }
+}
+
+/// Files that are not plugins: each is refused before anything runs, with a
+/// message naming the file and what was expected.
+#[test]
+fn check_refuses_what_is_not_a_plugin_of_our_world() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: [(&str, Vec<u8>, &str); 5] = [
+        ("notes.wasm", b"these are not the bytes you are looking for".to_vec(), "not a WebAssembly file"),
+        ("core.wasm", wat::parse_str("(module)").unwrap(), "core WebAssembly module, not a component"),
+        ("empty.wasm", wat::parse_str("(component)").unwrap(), "a component of another world"),
+        (
+            "future.wasm",
+            wat::parse_str(r#"(component (instance $i) (export "wasmprov:provisioner/plugin@1.0.0" (instance $i)))"#).unwrap(),
+            "wasmprov:provisioner/plugin@1.0.0, which this host does not support",
+        ),
+        (
+            "hollow.wasm",
+            wat::parse_str(r#"(component (instance $i) (export "wasmprov:provisioner/plugin@0.1.0" (instance $i)))"#).unwrap(),
+            "exports do not match the contract",
+        ),
+    ];
+    for (name, bytes, want) in cases {
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        let out = wasmprov(&["plugin", "check", path.to_str().unwrap()]);
+        assert!(!out.status.success(), "{name} was accepted");
+        let err = stderr(&out);
+        assert!(
+            err.contains(path.to_str().unwrap()),
+            "{name}: names the file: {err}"
+        );
+        assert!(err.contains(want), "{name}: {err}");
+    }
+}
+
+#[test]
+fn a_bad_policy_file_is_reported_with_the_field_to_fix() {
+    let hostpath = plugin_path("hostpath");
+    let dir = tempfile::tempdir().unwrap();
+    let policy = write(
+        dir.path(),
+        "policy.yaml",
+        "plugins:\n  hostpath:\n    timeout: soon\n",
+    );
+    let out = wasmprov(&[
+        "plugin",
+        "check",
+        hostpath.to_str().unwrap(),
+        "--policy",
+        &policy,
+    ]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains(&policy) && err.contains("plugins.hostpath.timeout"),
+        "{err}"
+    );
+}

@@ -1,0 +1,132 @@
+//! Shared helpers for the host's integration tests: built plugin components
+//! and Kubernetes objects to feed them.
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use k8s_openapi::api::core::v1::{
+    PersistentVolumeClaim, PersistentVolumeClaimSpec, VolumeResourceRequirements,
+};
+use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use wasmprov::provisioner::ProvisionOptions;
+use wasmprov::runtime::{Runtime, RuntimeConfig, SandboxPolicy};
+use wasmprov::wasm_provisioner::WasmProvisioner;
+
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("host/ has a parent")
+        .to_owned()
+}
+
+/// Builds every plugin and test guest from source (once per test process)
+/// with the same command a developer uses.
+fn build_components() {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let root = workspace_root();
+        let out = std::process::Command::new("bash")
+            .arg(root.join("plugins/build.sh"))
+            .arg("--quiet")
+            .current_dir(&root)
+            .output()
+            .expect("run plugins/build.sh");
+        assert!(
+            out.status.success(),
+            "plugins/build.sh failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
+}
+
+/// A built plugin: `target/plugins/<name>.wasm`.
+pub fn plugin_path(name: &str) -> PathBuf {
+    build_components();
+    workspace_root().join(format!("target/plugins/{name}.wasm"))
+}
+
+/// A built test guest: `target/test-guests/<name>.wasm`.
+pub fn guest_path(name: &str) -> PathBuf {
+    build_components();
+    workspace_root().join(format!("target/test-guests/{name}.wasm"))
+}
+
+/// One runtime per test process, with a compile cache shared across runs.
+pub fn runtime() -> &'static Runtime {
+    static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        Runtime::new(RuntimeConfig {
+            cache_dir: Some(workspace_root().join("target/test-compile-cache")),
+            ..RuntimeConfig::default()
+        })
+        .expect("create the Wasm runtime")
+    })
+}
+
+pub async fn load(name: &str, file: &Path, policy: SandboxPolicy) -> WasmProvisioner {
+    let bytes = std::fs::read(file).expect("read component");
+    let plugin = runtime()
+        .load(name, &bytes, policy)
+        .await
+        .unwrap_or_else(|e| panic!("load {}: {e}", file.display()));
+    WasmProvisioner::new(Arc::new(plugin))
+}
+
+pub fn class(name: &str, params: &[(&str, &str)]) -> StorageClass {
+    StorageClass {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            ..Default::default()
+        },
+        provisioner: "wasmprov.io/host".to_owned(),
+        parameters: Some(
+            params
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        ),
+        reclaim_policy: Some("Delete".to_owned()),
+        ..Default::default()
+    }
+}
+
+pub fn claim(name: &str, size: &str) -> PersistentVolumeClaim {
+    PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some("default".to_owned()),
+            uid: Some(format!("00000000-0000-0000-0000-{:0>12}", name.len())),
+            ..Default::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".to_owned()]),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(BTreeMap::from([(
+                    "storage".to_owned(),
+                    Quantity(size.to_owned()),
+                )])),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+pub fn options(
+    pv_name: &str,
+    class: StorageClass,
+    claim: PersistentVolumeClaim,
+) -> ProvisionOptions {
+    ProvisionOptions {
+        pv_name: pv_name.to_owned(),
+        claim,
+        class,
+        selected_node: None,
+    }
+}
