@@ -1,0 +1,231 @@
+//! Fault injection, switchable at run time and deterministic for a given seed.
+//!
+//! The simulator consults these switches at the start of every request and in
+//! every watch stream; the built-in controllers are not affected (they play
+//! kube-controller-manager, not a client).
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::error::ApiError;
+use crate::store::Store;
+use crate::util::Rng;
+
+/// Status code a failing request gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailWith {
+    /// 500 InternalError.
+    Internal,
+    /// 429 TooManyRequests with `Retry-After: 1`.
+    TooManyRequests,
+    /// 409 Conflict.
+    Conflict,
+}
+
+/// Fail a fraction of the requests matching `verbs` × `resources`.
+#[derive(Debug, Clone)]
+pub struct FailureRule {
+    /// Kubernetes verbs (`get`, `list`, `watch`, `create`, `update`, `patch`,
+    /// `delete`, `deletecollection`); empty = all.
+    pub verbs: Vec<String>,
+    /// Plural resource names (`persistentvolumes`); empty = all.
+    pub resources: Vec<String>,
+    /// Probability in [0, 1].
+    pub fraction: f64,
+    pub fail_with: FailWith,
+}
+
+impl FailureRule {
+    pub fn new(fraction: f64, fail_with: FailWith) -> Self {
+        FailureRule {
+            verbs: Vec::new(),
+            resources: Vec::new(),
+            fraction,
+            fail_with,
+        }
+    }
+
+    pub fn verbs(mut self, verbs: &[&str]) -> Self {
+        self.verbs = verbs.iter().map(|s| s.to_string()).collect();
+        self
+    }
+
+    pub fn resources(mut self, resources: &[&str]) -> Self {
+        self.resources = resources.iter().map(|s| s.to_string()).collect();
+        self
+    }
+
+    fn matches(&self, verb: &str, resource: &str) -> bool {
+        (self.verbs.is_empty() || self.verbs.iter().any(|v| v == verb))
+            && (self.resources.is_empty() || self.resources.iter().any(|r| r == resource))
+    }
+}
+
+/// What has been injected so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FaultStats {
+    pub failed_requests: u64,
+    pub closed_watches: u64,
+}
+
+struct Inner {
+    rng: Rng,
+    rules: Vec<FailureRule>,
+    latency: Duration,
+    close_every_nth_watch: u64,
+    watches_started: u64,
+    stats: FaultStats,
+}
+
+struct Shared {
+    inner: Mutex<Inner>,
+    paused: watch::Sender<bool>,
+    /// Bumped to close every open watch stream.
+    drop_generation: watch::Sender<u64>,
+    store: Arc<Store>,
+}
+
+/// Handle to the fault switches (cheap to clone).
+#[derive(Clone)]
+pub struct Faults(Arc<Shared>);
+
+impl Faults {
+    pub(crate) fn new(seed: u64, store: Arc<Store>) -> Self {
+        Faults(Arc::new(Shared {
+            inner: Mutex::new(Inner {
+                rng: Rng::new(seed ^ 0xFA17_5EED),
+                rules: Vec::new(),
+                latency: Duration::ZERO,
+                close_every_nth_watch: 0,
+                watches_started: 0,
+                stats: FaultStats::default(),
+            }),
+            paused: watch::channel(false).0,
+            drop_generation: watch::channel(0).0,
+            store,
+        }))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.0.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Add a failure rule (rules are checked in order; the first that fires wins).
+    pub fn fail_requests(&self, rule: FailureRule) {
+        self.lock().rules.push(rule);
+    }
+
+    /// Delay every request by `latency` (zero to disable).
+    pub fn set_latency(&self, latency: Duration) {
+        self.lock().latency = latency;
+    }
+
+    /// Close every `n`th watch stream right after its initial events (0 disables).
+    pub fn close_every_nth_watch(&self, n: u64) {
+        let mut inner = self.lock();
+        inner.close_every_nth_watch = n;
+        inner.watches_started = 0;
+    }
+
+    /// Close all currently open watch streams (clients re-watch from their last revision).
+    pub fn drop_watches(&self) {
+        self.0.drop_generation.send_modify(|g| *g += 1);
+    }
+
+    /// Forget the watch history: re-watching from any earlier revision gets 410 Gone.
+    pub fn compact_history(&self) {
+        self.0.store.compact();
+    }
+
+    /// Stop answering: requests and watch deliveries wait until [`Faults::resume`].
+    pub fn pause(&self) {
+        self.0.paused.send_replace(true);
+    }
+
+    pub fn resume(&self) {
+        self.0.paused.send_replace(false);
+    }
+
+    /// Remove every rule, latency and watch-closing switch, and resume.
+    pub fn clear(&self) {
+        {
+            let mut inner = self.lock();
+            inner.rules.clear();
+            inner.latency = Duration::ZERO;
+            inner.close_every_nth_watch = 0;
+        }
+        self.resume();
+    }
+
+    pub fn stats(&self) -> FaultStats {
+        self.lock().stats
+    }
+
+    pub(crate) async fn wait_unpaused(&self) {
+        let mut rx = self.0.paused.subscribe();
+        // Err only when the sender is gone, i.e. the simulator is shutting down.
+        let _ = rx.wait_for(|paused| !*paused).await;
+    }
+
+    /// Run at the start of every request: pause, latency, then maybe an injected error.
+    pub(crate) async fn before_request(&self, verb: &str, resource: &str) -> Result<(), ApiError> {
+        self.wait_unpaused().await;
+        let (latency, failure) = {
+            let mut inner = self.lock();
+            let latency = inner.latency;
+            let mut failure = None;
+            for i in 0..inner.rules.len() {
+                if !inner.rules[i].matches(verb, resource) {
+                    continue;
+                }
+                let fraction = inner.rules[i].fraction;
+                if inner.rng.next_f64() < fraction {
+                    failure = Some(inner.rules[i].fail_with);
+                    break;
+                }
+            }
+            if failure.is_some() {
+                inner.stats.failed_requests += 1;
+            }
+            (latency, failure)
+        };
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
+        match failure {
+            None => Ok(()),
+            Some(FailWith::Internal) => Err(ApiError::Internal(format!(
+                "injected fault: internal error on {verb} {resource}"
+            ))),
+            Some(FailWith::TooManyRequests) => Err(ApiError::TooManyRequests(
+                "injected fault: too many requests, please try again later".into(),
+            )),
+            Some(FailWith::Conflict) => Err(ApiError::Conflict {
+                target: crate::error::Target::new("", resource, ""),
+                message: "injected fault: the object has been modified; please apply your changes to the latest version and try again".into(),
+            }),
+        }
+    }
+
+    /// Called when a watch starts: true if this one is to be closed early.
+    pub(crate) fn watch_started(&self) -> bool {
+        let mut inner = self.lock();
+        inner.watches_started += 1;
+        let n = inner.close_every_nth_watch;
+        let close = n > 0 && inner.watches_started.is_multiple_of(n);
+        if close {
+            inner.stats.closed_watches += 1;
+        }
+        close
+    }
+
+    pub(crate) fn drop_signal(&self) -> watch::Receiver<u64> {
+        self.0.drop_generation.subscribe()
+    }
+
+    pub(crate) fn note_dropped_watch(&self) {
+        self.lock().stats.closed_watches += 1;
+    }
+}

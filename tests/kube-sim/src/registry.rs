@@ -1,0 +1,919 @@
+//! Write semantics of kube-apiserver's generic registry for the served types:
+//! decoding and field validation, defaults, admission (namespace lifecycle,
+//! default StorageClass, in-use protection finalizers), validation and
+//! immutability, optimistic concurrency, status subresources, finalizers and
+//! `deletionTimestamp`.
+
+use std::cell::RefCell;
+use std::sync::{Arc, Mutex};
+
+use serde_json::{json, Value};
+
+use crate::error::{ApiError, ApiResult, Target};
+use crate::objects;
+use crate::patch::{self, PatchType};
+use crate::resources::{self, ResourceId, RESOURCES};
+use crate::store::{Change, Key, Store};
+use crate::util::{self, Rng};
+
+pub const PVC_PROTECTION: &str = "kubernetes.io/pvc-protection";
+pub const PV_PROTECTION: &str = "kubernetes.io/pv-protection";
+pub const DEFAULT_CLASS_ANNOTATION: &str = "storageclass.kubernetes.io/is-default-class";
+
+/// `fieldValidation` query parameter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Validation {
+    Ignore,
+    #[default]
+    Warn,
+    Strict,
+}
+
+impl Validation {
+    pub fn parse(s: &str) -> ApiResult<Self> {
+        match s {
+            "" | "Warn" => Ok(Validation::Warn),
+            "Ignore" => Ok(Validation::Ignore),
+            "Strict" => Ok(Validation::Strict),
+            other => Err(ApiError::BadRequest(format!(
+                "fieldValidation must be one of Ignore, Warn or Strict, got {other:?}"
+            ))),
+        }
+    }
+}
+
+/// Options common to writes (query parameters).
+#[derive(Debug, Clone)]
+pub struct WriteOpts {
+    pub manager: String,
+    pub validation: Validation,
+    pub dry_run: bool,
+    pub force: bool,
+}
+
+impl Default for WriteOpts {
+    fn default() -> Self {
+        WriteOpts {
+            manager: "kube-sim".into(),
+            validation: Validation::Warn,
+            dry_run: false,
+            force: false,
+        }
+    }
+}
+
+/// Result of a successful write.
+#[derive(Debug)]
+pub struct Written {
+    pub object: Arc<Value>,
+    pub created: bool,
+    pub warnings: Vec<String>,
+}
+
+/// `DeleteOptions` that matter here.
+#[derive(Debug, Clone, Default)]
+pub struct DeleteOpts {
+    pub uid: Option<String>,
+    pub resource_version: Option<String>,
+    pub dry_run: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Subresource {
+    Main,
+    Status,
+}
+
+/// Admission plugins that can be switched off with their controllers.
+#[derive(Debug, Clone, Copy)]
+pub struct Admission {
+    pub protection_finalizers: bool,
+    pub default_storage_class: bool,
+}
+
+pub struct Registry {
+    pub store: Arc<Store>,
+    rng: Mutex<Rng>,
+    admission: Admission,
+}
+
+pub fn target(res: ResourceId, name: &str) -> Target {
+    let def = &RESOURCES[res];
+    Target::new(def.group, def.plural, name)
+}
+
+fn invalid(res: ResourceId, name: &str, errors: Vec<String>) -> ApiError {
+    let message = if errors.len() == 1 {
+        errors.into_iter().next().unwrap_or_default()
+    } else {
+        format!("[{}]", errors.join(", "))
+    };
+    ApiError::Invalid {
+        target: target(res, name),
+        kind: RESOURCES[res].kind.to_string(),
+        message,
+    }
+}
+
+fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253
+        && s.split('.').all(|part| {
+            !part.is_empty()
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !part.starts_with('-')
+                && !part.ends_with('-')
+        })
+}
+
+fn is_dns_label(s: &str) -> bool {
+    s.len() <= 63 && !s.contains('.') && is_dns_subdomain(s)
+}
+
+/// PV spec keys that are not the volume source.
+const PV_NON_SOURCE: &[&str] = &[
+    "accessModes",
+    "capacity",
+    "claimRef",
+    "mountOptions",
+    "nodeAffinity",
+    "persistentVolumeReclaimPolicy",
+    "storageClassName",
+    "volumeMode",
+    "volumeAttributesClassName",
+];
+
+fn pv_source(obj: &Value) -> Vec<(&String, &Value)> {
+    obj.get("spec")
+        .and_then(Value::as_object)
+        .map(|s| {
+            s.iter()
+                .filter(|(k, _)| !PV_NON_SOURCE.contains(&k.as_str()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+impl Registry {
+    pub fn new(store: Arc<Store>, seed: u64, admission: Admission) -> Self {
+        Registry {
+            store,
+            rng: Mutex::new(Rng::new(seed)),
+            admission,
+        }
+    }
+
+    fn rng(&self) -> std::sync::MutexGuard<'_, Rng> {
+        self.rng.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn key(res: ResourceId, ns: &str, name: &str) -> Key {
+        let ns = if RESOURCES[res].namespaced { ns } else { "" };
+        (ns.to_string(), name.to_string())
+    }
+
+    pub fn get(&self, res: ResourceId, ns: &str, name: &str) -> ApiResult<Arc<Value>> {
+        self.store
+            .get(res, &Self::key(res, ns, name))
+            .ok_or_else(|| ApiError::NotFound(target(res, name)))
+    }
+
+    /// Decode like the real server: check apiVersion/kind, round-trip through
+    /// the k8s-openapi type, and handle unknown fields per `fieldValidation`.
+    fn decode(
+        &self,
+        res: ResourceId,
+        mut body: Value,
+        validation: Validation,
+    ) -> ApiResult<(Value, Vec<String>)> {
+        let def = &RESOURCES[res];
+        let api_version = def.api_version();
+        let Some(map) = body.as_object_mut() else {
+            return Err(ApiError::BadRequest(format!(
+                "the body of the request is not a {} object",
+                def.kind
+            )));
+        };
+        match map.get("apiVersion").and_then(Value::as_str) {
+            None | Some("") => {
+                map.insert("apiVersion".into(), json!(api_version));
+            }
+            Some(v) if v == api_version => {}
+            Some(v) => {
+                return Err(ApiError::BadRequest(format!(
+                    "the API version in the data ({v}) does not match the expected API version ({api_version})"
+                )))
+            }
+        }
+        match map.get("kind").and_then(Value::as_str) {
+            None | Some("") => {
+                map.insert("kind".into(), json!(def.kind));
+            }
+            Some(k) if k == def.kind => {}
+            Some(k) => {
+                return Err(ApiError::BadRequest(format!(
+                    "the kind in the data ({k}) does not match the expected kind ({})",
+                    def.kind
+                )))
+            }
+        }
+        let decoded = (def.roundtrip)(body.clone()).map_err(|e| {
+            ApiError::BadRequest(format!(
+                "{kind} in version \"{v}\" cannot be handled as a {kind}: {e}",
+                kind = def.kind,
+                v = def.version
+            ))
+        })?;
+        let unknown = if validation == Validation::Ignore {
+            Vec::new()
+        } else {
+            resources::unknown_fields(&body, &decoded)
+        };
+        if validation == Validation::Strict && !unknown.is_empty() {
+            let msgs: Vec<String> = unknown
+                .iter()
+                .map(|f| format!("unknown field \"{f}\""))
+                .collect();
+            return Err(ApiError::BadRequest(format!(
+                "strict decoding error: {}",
+                msgs.join(", ")
+            )));
+        }
+        Ok((
+            decoded,
+            unknown
+                .iter()
+                .map(|f| format!("unknown field \"{f}\""))
+                .collect(),
+        ))
+    }
+
+    // ---- create ------------------------------------------------------------
+
+    pub fn create(
+        &self,
+        res: ResourceId,
+        path_ns: &str,
+        body: Value,
+        opts: &WriteOpts,
+    ) -> ApiResult<Written> {
+        let (obj, warnings) = self.decode(res, body, opts.validation)?;
+        self.create_decoded(res, path_ns, obj, opts, warnings, true)
+    }
+
+    fn create_decoded(
+        &self,
+        res: ResourceId,
+        path_ns: &str,
+        mut obj: Value,
+        opts: &WriteOpts,
+        warnings: Vec<String>,
+        track_fields: bool,
+    ) -> ApiResult<Written> {
+        let def = &RESOURCES[res];
+        {
+            let body_ns = objects::namespace(&obj).to_string();
+            let m = objects::meta_mut(&mut obj);
+            if def.namespaced {
+                if !body_ns.is_empty() && !path_ns.is_empty() && body_ns != path_ns {
+                    return Err(ApiError::BadRequest(
+                        "the namespace of the provided object does not match the namespace sent on the request".into(),
+                    ));
+                }
+                let ns = if path_ns.is_empty() {
+                    body_ns
+                } else {
+                    path_ns.to_string()
+                };
+                if ns.is_empty() {
+                    return Err(ApiError::BadRequest(
+                        "the server could not find the requested resource".into(),
+                    ));
+                }
+                m.insert("namespace".into(), json!(ns));
+            } else {
+                m.remove("namespace");
+            }
+        }
+        self.prepare_create(res, &mut obj)?;
+        self.validate(res, &obj, None)?;
+        self.admit_create(res, &mut obj)?;
+        let now = util::now();
+        if track_fields {
+            patch::apply::record_update(None, &mut obj, &opts.manager, "", &now);
+        }
+        let name = objects::name(&obj).to_string();
+        let key = Self::key(res, objects::namespace(&obj), &name);
+        if opts.dry_run {
+            if self.store.get(res, &key).is_some() {
+                return Err(ApiError::AlreadyExists(target(res, &name)));
+            }
+            return Ok(Written {
+                object: Arc::new(obj),
+                created: true,
+                warnings,
+            });
+        }
+        let stored = self.store.transact(res, &key, |cur| match cur {
+            Some(_) => Err(ApiError::AlreadyExists(target(res, &name))),
+            None => Ok(Change::Put(obj)),
+        })?;
+        let object = stored.ok_or_else(|| ApiError::Internal("create stored nothing".into()))?;
+        Ok(Written {
+            object,
+            created: true,
+            warnings,
+        })
+    }
+
+    fn prepare_create(&self, res: ResourceId, obj: &mut Value) -> ApiResult<()> {
+        let name = objects::name(obj).to_string();
+        let generate = objects::meta_str(obj, "generateName").map(str::to_string);
+        let (uid, suffix) = {
+            let mut rng = self.rng();
+            (rng.uuid(), rng.name_suffix())
+        };
+        let now = util::now();
+        let m = objects::meta_mut(obj);
+        if name.is_empty() {
+            match generate {
+                Some(prefix) => {
+                    m.insert("name".into(), json!(format!("{prefix}{suffix}")));
+                }
+                None => {
+                    return Err(invalid(
+                        res,
+                        "",
+                        vec![
+                            "metadata.name: Required value: name or generateName is required"
+                                .into(),
+                        ],
+                    ))
+                }
+            }
+        }
+        m.insert("uid".into(), json!(uid));
+        m.insert("creationTimestamp".into(), json!(now));
+        for k in [
+            "resourceVersion",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "selfLink",
+            "generation",
+        ] {
+            m.remove(k);
+        }
+        // Status is server-owned on create for these kinds.
+        if matches!(
+            res,
+            resources::PVC | resources::PV | resources::POD | resources::NAMESPACE
+        ) {
+            if let Some(map) = obj.as_object_mut() {
+                map.remove("status");
+            }
+        }
+        self.apply_defaults(res, obj);
+        Ok(())
+    }
+
+    /// Server-side defaults (the `SetDefaults_*` functions plus strategy resets).
+    fn apply_defaults(&self, res: ResourceId, obj: &mut Value) {
+        let set_default = |obj: &mut Value, path: &str, v: Value| {
+            let slot = objects::path_mut(obj, path);
+            if slot.is_null() {
+                *slot = v;
+            }
+        };
+        match res {
+            resources::PVC => {
+                set_default(obj, "spec.volumeMode", json!("Filesystem"));
+                set_default(obj, "status.phase", json!("Pending"));
+            }
+            resources::PV => {
+                set_default(obj, "spec.persistentVolumeReclaimPolicy", json!("Retain"));
+                set_default(obj, "spec.volumeMode", json!("Filesystem"));
+                set_default(obj, "status.phase", json!("Pending"));
+            }
+            resources::STORAGE_CLASS => {
+                set_default(obj, "reclaimPolicy", json!("Delete"));
+                set_default(obj, "volumeBindingMode", json!("Immediate"));
+            }
+            resources::NAMESPACE => {
+                let name = objects::name(obj).to_string();
+                set_default(obj, "spec.finalizers", json!(["kubernetes"]));
+                set_default(obj, "status.phase", json!("Active"));
+                let m = objects::meta_mut(obj);
+                let labels = m.entry("labels").or_insert_with(|| json!({}));
+                if let Some(l) = labels.as_object_mut() {
+                    l.insert("kubernetes.io/metadata.name".into(), json!(name));
+                }
+            }
+            resources::POD => {
+                set_default(obj, "spec.restartPolicy", json!("Always"));
+                set_default(obj, "spec.dnsPolicy", json!("ClusterFirst"));
+                set_default(obj, "spec.schedulerName", json!("default-scheduler"));
+                set_default(obj, "spec.terminationGracePeriodSeconds", json!(30));
+                set_default(obj, "status.phase", json!("Pending"));
+                set_default(obj, "status.qosClass", json!("BestEffort"));
+            }
+            _ => {}
+        }
+    }
+
+    fn admit_create(&self, res: ResourceId, obj: &mut Value) -> ApiResult<()> {
+        let def = &RESOURCES[res];
+        if def.namespaced {
+            let ns = objects::namespace(obj).to_string();
+            let namespace = self
+                .store
+                .get(resources::NAMESPACE, &(String::new(), ns.clone()))
+                .ok_or_else(|| ApiError::NotFound(target(resources::NAMESPACE, &ns)))?;
+            if objects::is_deleting(&namespace) {
+                return Err(ApiError::Forbidden(format!(
+                    "{} \"{}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated",
+                    def.plural,
+                    objects::name(obj)
+                )));
+            }
+        }
+        if res == resources::PVC && self.admission.default_storage_class {
+            let unset = objects::path(obj, "spec.storageClassName").is_none_or(Value::is_null);
+            if unset {
+                if let Some(class) = self.default_storage_class() {
+                    objects::set_path(obj, "spec.storageClassName", json!(class));
+                }
+            }
+        }
+        if self.admission.protection_finalizers {
+            let finalizer = match res {
+                resources::PVC => Some(PVC_PROTECTION),
+                resources::PV => Some(PV_PROTECTION),
+                _ => None,
+            };
+            if let Some(f) = finalizer {
+                let mut fs = objects::finalizers(obj);
+                if !fs.iter().any(|x| x == f) {
+                    fs.push(f.to_string());
+                    objects::set_finalizers(obj, fs);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The default StorageClass (newest one when several are marked default).
+    pub fn default_storage_class(&self) -> Option<String> {
+        self.store
+            .all(resources::STORAGE_CLASS, None)
+            .into_iter()
+            .filter(|sc| objects::annotation(sc, DEFAULT_CLASS_ANNOTATION) == Some("true"))
+            .max_by_key(|sc| objects::meta_str(sc, "creationTimestamp").map(str::to_string))
+            .map(|sc| objects::name(&sc).to_string())
+    }
+
+    fn validate(&self, res: ResourceId, obj: &Value, old: Option<&Value>) -> ApiResult<()> {
+        let name = objects::name(obj).to_string();
+        let mut errs = Vec::new();
+        let name_ok = if res == resources::NAMESPACE {
+            is_dns_label(&name)
+        } else {
+            is_dns_subdomain(&name)
+        };
+        if !name_ok && old.is_none() {
+            errs.push(format!(
+                "metadata.name: Invalid value: \"{name}\": a lowercase RFC 1123 {} must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character",
+                if res == resources::NAMESPACE { "label" } else { "subdomain" }
+            ));
+        }
+        match res {
+            resources::PVC => {
+                if objects::path(obj, "spec.accessModes")
+                    .and_then(Value::as_array)
+                    .is_none_or(Vec::is_empty)
+                {
+                    errs.push(
+                        "spec.accessModes: Required value: at least 1 access mode is required"
+                            .into(),
+                    );
+                }
+                if objects::path(obj, "spec.resources.requests.storage").is_none() {
+                    errs.push("spec.resources[storage]: Required value".into());
+                }
+            }
+            resources::PV => {
+                if objects::path(obj, "spec.capacity.storage").is_none() {
+                    errs.push("spec.capacity: Required value".into());
+                }
+                if objects::path(obj, "spec.accessModes")
+                    .and_then(Value::as_array)
+                    .is_none_or(Vec::is_empty)
+                {
+                    errs.push("spec.accessModes: Required value".into());
+                }
+                let source = pv_source(obj);
+                if source.is_empty() {
+                    errs.push("spec: Required value: must specify a volume type".into());
+                } else if source.len() > 1 {
+                    errs.push("spec: Forbidden: may not specify more than 1 volume type".into());
+                }
+                if source.iter().any(|(k, _)| k.as_str() == "local")
+                    && objects::path(obj, "spec.nodeAffinity").is_none()
+                {
+                    errs.push(
+                        "spec.nodeAffinity: Required value: Local volume requires node affinity"
+                            .into(),
+                    );
+                }
+            }
+            resources::STORAGE_CLASS
+                if objects::path_str(obj, "provisioner").is_none_or(str::is_empty) =>
+            {
+                errs.push("provisioner: Required value".into());
+            }
+            _ => {}
+        }
+        if let Some(old) = old {
+            self.validate_update(res, obj, old, &mut errs);
+        }
+        if errs.is_empty() {
+            Ok(())
+        } else {
+            Err(invalid(res, &name, errs))
+        }
+    }
+
+    fn validate_update(&self, res: ResourceId, new: &Value, old: &Value, errs: &mut Vec<String>) {
+        if objects::is_deleting(old) {
+            let before = objects::finalizers(old);
+            if objects::finalizers(new).iter().any(|f| !before.contains(f)) {
+                errs.push("metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted".into());
+            }
+        }
+        match res {
+            resources::PVC => {
+                let strip = |v: &Value| {
+                    let mut s = v.get("spec").cloned().unwrap_or(Value::Null);
+                    if let Some(m) = s.as_object_mut() {
+                        m.remove("volumeAttributesClassName");
+                        if let Some(r) = m.get_mut("resources").and_then(Value::as_object_mut) {
+                            r.remove("requests");
+                        }
+                    }
+                    s
+                };
+                let (mut a, b) = (strip(old), strip(new));
+                // Binding may fill in an empty volumeName.
+                if objects::path_str(old, "spec.volumeName").is_none_or(str::is_empty) {
+                    if let (Some(m), Some(v)) = (a.as_object_mut(), b.get("volumeName")) {
+                        m.insert("volumeName".into(), v.clone());
+                    }
+                }
+                if a != b {
+                    errs.push("spec: Forbidden: spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims".into());
+                }
+            }
+            resources::PV if pv_source(old) != pv_source(new) => {
+                errs.push("spec.persistentvolumesource: Forbidden: spec.persistentvolumesource is immutable after creation".into());
+            }
+            resources::STORAGE_CLASS => {
+                for f in [
+                    "parameters",
+                    "provisioner",
+                    "reclaimPolicy",
+                    "volumeBindingMode",
+                ] {
+                    if old.get(f) != new.get(f) {
+                        errs.push(format!("{f}: Forbidden: updates to {f} are forbidden."));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    // ---- update / patch ----------------------------------------------------
+
+    /// PUT.
+    pub fn update(
+        &self,
+        res: ResourceId,
+        ns: &str,
+        name: &str,
+        body: Value,
+        sub: Subresource,
+        opts: &WriteOpts,
+    ) -> ApiResult<Written> {
+        let (obj, warnings) = self.decode(res, body, opts.validation)?;
+        let body_name = objects::name(&obj);
+        if body_name != name {
+            return Err(ApiError::BadRequest(format!(
+                "the name of the object ({body_name}) does not match the name on the URL ({name})"
+            )));
+        }
+        let body_ns = objects::namespace(&obj);
+        if RESOURCES[res].namespaced && !body_ns.is_empty() && body_ns != ns {
+            return Err(ApiError::BadRequest(
+                "the namespace of the provided object does not match the namespace sent on the request".into(),
+            ));
+        }
+        self.write_existing(res, ns, name, sub, opts, warnings, true, move |_| Ok(obj))
+    }
+
+    /// PATCH (server-side apply creates a missing object).
+    #[allow(clippy::too_many_arguments)]
+    pub fn patch(
+        &self,
+        res: ResourceId,
+        ns: &str,
+        name: &str,
+        ptype: PatchType,
+        body: &[u8],
+        sub: Subresource,
+        opts: &WriteOpts,
+    ) -> ApiResult<Written> {
+        let doc: Value = match ptype {
+            PatchType::Apply => serde_yaml::from_slice(body)
+                .map_err(|e| ApiError::BadRequest(format!("error decoding YAML: {e}")))?,
+            _ => serde_json::from_slice(body)
+                .map_err(|e| ApiError::BadRequest(format!("error decoding patch: {e}")))?,
+        };
+        if ptype == PatchType::Apply {
+            return self.server_side_apply(res, ns, name, doc, sub, opts);
+        }
+        if ptype != PatchType::Json && !doc.is_object() {
+            return Err(ApiError::BadRequest(
+                "patch body must be a JSON object".into(),
+            ));
+        }
+        let validation = opts.validation;
+        self.write_existing(res, ns, name, sub, opts, Vec::new(), true, |cur| {
+            let mut out = (**cur).clone();
+            match ptype {
+                PatchType::Merge => patch::merge::apply(&mut out, &doc),
+                PatchType::Strategic => patch::strategic::apply(&mut out, &doc)?,
+                PatchType::Json => patch::json_patch::apply(&mut out, &doc)?,
+                PatchType::Apply => {}
+            }
+            let (decoded, _) = self.decode(res, out, validation)?;
+            Ok(decoded)
+        })
+    }
+
+    fn server_side_apply(
+        &self,
+        res: ResourceId,
+        ns: &str,
+        name: &str,
+        applied: Value,
+        sub: Subresource,
+        opts: &WriteOpts,
+    ) -> ApiResult<Written> {
+        let (applied, warnings) = self.decode(res, applied, opts.validation)?;
+        if objects::name(&applied) != name {
+            return Err(ApiError::BadRequest(format!(
+                "the name of the object ({}) does not match the name on the URL ({name})",
+                objects::name(&applied)
+            )));
+        }
+        if opts.manager.is_empty() || opts.manager == "kube-sim-default" {
+            return Err(ApiError::BadRequest(
+                "PATCH, application/apply-patch+yaml requires fieldManager to be set".into(),
+            ));
+        }
+        let t = target(res, name);
+        let now = util::now();
+        // Two attempts: the object may appear between our look and our create.
+        for _ in 0..2 {
+            if self.store.get(res, &Self::key(res, ns, name)).is_none() {
+                let obj = patch::apply::apply(None, &applied, &opts.manager, opts.force, &t, &now)?;
+                match self.create_decoded(res, ns, obj, opts, warnings.clone(), false) {
+                    Err(ApiError::AlreadyExists(_)) => continue,
+                    other => return other,
+                }
+            }
+            let r = self.write_existing(res, ns, name, sub, opts, warnings.clone(), false, |cur| {
+                patch::apply::apply(Some(cur), &applied, &opts.manager, opts.force, &t, &now)
+            });
+            match r {
+                Err(ApiError::NotFound(_)) => continue,
+                other => return other,
+            }
+        }
+        Err(ApiError::conflict_modified(t))
+    }
+
+    /// Read-modify-write of an existing object, atomically under the store lock.
+    #[allow(clippy::too_many_arguments)]
+    fn write_existing<F>(
+        &self,
+        res: ResourceId,
+        ns: &str,
+        name: &str,
+        sub: Subresource,
+        opts: &WriteOpts,
+        warnings: Vec<String>,
+        track_fields: bool,
+        mutate: F,
+    ) -> ApiResult<Written>
+    where
+        F: FnOnce(&Arc<Value>) -> ApiResult<Value>,
+    {
+        let key = Self::key(res, ns, name);
+        let dry: RefCell<Option<Value>> = RefCell::new(None);
+        let now = util::now();
+        let stored = self.store.transact(res, &key, |cur| {
+            let cur = cur.ok_or_else(|| ApiError::NotFound(target(res, name)))?;
+            let mut new = mutate(cur)?;
+            // A resourceVersion in the body (or left there by a patch) is a precondition.
+            if let Some(rv) = objects::resource_version(&new) {
+                if Some(rv) != objects::resource_version(cur) {
+                    return Err(ApiError::conflict_modified(target(res, name)));
+                }
+            }
+            self.prepare_update(res, cur, &mut new, sub);
+            self.validate(res, &new, Some(cur))?;
+            if track_fields {
+                let sub_name = if sub == Subresource::Status {
+                    "status"
+                } else {
+                    ""
+                };
+                patch::apply::record_update(Some(cur), &mut new, &opts.manager, sub_name, &now);
+            }
+            if objects::same_content(cur, &new) {
+                return Ok(Change::Nothing);
+            }
+            if opts.dry_run {
+                *dry.borrow_mut() = Some(new);
+                return Ok(Change::Nothing);
+            }
+            if objects::is_deleting(&new)
+                && objects::finalizers(&new).is_empty()
+                && res != resources::NAMESPACE
+            {
+                return Ok(Change::PutThenDelete(new));
+            }
+            Ok(Change::Put(new))
+        })?;
+        let object = match dry.into_inner() {
+            Some(v) => Arc::new(v),
+            None => stored.ok_or_else(|| ApiError::NotFound(target(res, name)))?,
+        };
+        Ok(Written {
+            object,
+            created: false,
+            warnings,
+        })
+    }
+
+    /// Carry over what clients cannot change, split spec from status.
+    fn prepare_update(&self, res: ResourceId, old: &Value, new: &mut Value, sub: Subresource) {
+        let def = &RESOURCES[res];
+        if sub == Subresource::Status {
+            // Status writes change status only (ResetObjectMetaForStatus + spec reset).
+            let status = new.get("status").cloned();
+            let managed = objects::meta(new)
+                .and_then(|m| m.get("managedFields"))
+                .cloned();
+            *new = old.clone();
+            if let Some(map) = new.as_object_mut() {
+                match status {
+                    Some(s) => map.insert("status".into(), s),
+                    None => map.remove("status"),
+                };
+            }
+            if let Some(mf) = managed {
+                objects::meta_mut(new).insert("managedFields".into(), mf);
+            }
+            return;
+        }
+        let old_meta = objects::meta(old).cloned().unwrap_or_default();
+        {
+            let m = objects::meta_mut(new);
+            for k in [
+                "uid",
+                "creationTimestamp",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "namespace",
+                "name",
+                "generateName",
+            ] {
+                match old_meta.get(k) {
+                    Some(v) => m.insert(k.into(), v.clone()),
+                    None => m.remove(k),
+                };
+            }
+            m.remove("resourceVersion");
+            if !m.contains_key("managedFields") {
+                if let Some(mf) = old_meta.get("managedFields") {
+                    m.insert("managedFields".into(), mf.clone());
+                }
+            }
+        }
+        if def.status_subresource {
+            if let Some(map) = new.as_object_mut() {
+                match old.get("status") {
+                    Some(s) => map.insert("status".into(), s.clone()),
+                    None => map.remove("status"),
+                };
+            }
+        }
+        self.apply_defaults(res, new);
+    }
+
+    // ---- delete ------------------------------------------------------------
+
+    /// DELETE. Returns the object and whether it is gone (false: finalizers pending).
+    pub fn delete(
+        &self,
+        res: ResourceId,
+        ns: &str,
+        name: &str,
+        opts: &DeleteOpts,
+    ) -> ApiResult<(Arc<Value>, bool)> {
+        let key = Self::key(res, ns, name);
+        let gone = RefCell::new(false);
+        let dry: RefCell<Option<Arc<Value>>> = RefCell::new(None);
+        let stored = self.store.transact(res, &key, |cur| {
+            let cur = cur.ok_or_else(|| ApiError::NotFound(target(res, name)))?;
+            let precondition = |what: &str, want: &str, have: &str| ApiError::Conflict {
+                target: target(res, name),
+                message: format!("Precondition failed: {what} in precondition: {want}, {what} in object meta: {have}"),
+            };
+            if let Some(uid) = &opts.uid {
+                if uid != objects::uid(cur) {
+                    return Err(precondition("UID", uid, objects::uid(cur)));
+                }
+            }
+            if let Some(rv) = &opts.resource_version {
+                let have = objects::resource_version(cur).unwrap_or("");
+                if rv != have {
+                    return Err(precondition("ResourceVersion", rv, have));
+                }
+            }
+            if opts.dry_run {
+                *dry.borrow_mut() = Some(cur.clone());
+                return Ok(Change::Nothing);
+            }
+            let pending = !objects::finalizers(cur).is_empty() || res == resources::NAMESPACE;
+            if !pending {
+                *gone.borrow_mut() = true;
+                return Ok(Change::Delete);
+            }
+            if objects::is_deleting(cur) {
+                return Ok(Change::Nothing);
+            }
+            let mut next = (**cur).clone();
+            let m = objects::meta_mut(&mut next);
+            m.insert("deletionTimestamp".into(), json!(util::now()));
+            m.insert("deletionGracePeriodSeconds".into(), json!(0));
+            if res == resources::NAMESPACE {
+                objects::set_path(&mut next, "status.phase", json!("Terminating"));
+            }
+            Ok(Change::Put(next))
+        })?;
+        if let Some(obj) = dry.into_inner() {
+            return Ok((obj, false));
+        }
+        let obj = stored.ok_or_else(|| ApiError::NotFound(target(res, name)))?;
+        Ok((obj, gone.into_inner()))
+    }
+
+    /// Remove a namespace whose content is gone (the namespace controller's last step).
+    pub fn finalize_namespace(&self, name: &str) -> ApiResult<()> {
+        let key = (String::new(), name.to_string());
+        self.store
+            .transact(resources::NAMESPACE, &key, |cur| match cur {
+                Some(ns) if objects::is_deleting(ns) => Ok(Change::Delete),
+                _ => Ok(Change::Nothing),
+            })?;
+        Ok(())
+    }
+
+    /// Controller helper: read-modify-write with no field tracking noise.
+    pub fn modify<F>(
+        &self,
+        res: ResourceId,
+        ns: &str,
+        name: &str,
+        sub: Subresource,
+        manager: &str,
+        f: F,
+    ) -> ApiResult<Arc<Value>>
+    where
+        F: FnOnce(&mut Value),
+    {
+        let opts = WriteOpts {
+            manager: manager.to_string(),
+            ..WriteOpts::default()
+        };
+        self.write_existing(res, ns, name, sub, &opts, Vec::new(), true, |cur| {
+            let mut v = (**cur).clone();
+            f(&mut v);
+            Ok(v)
+        })
+        .map(|w| w.object)
+    }
+}
