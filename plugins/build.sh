@@ -90,6 +90,8 @@ build_rust() {
     for manifest in "$ROOT"/plugins/*/Cargo.toml "$ROOT"/tests/guests/*/Cargo.toml; do
         [[ -f "$manifest" ]] || continue
         dir="$(dirname "$manifest")"
+        # Libraries (e.g. plugins/sdk, the helper crate) are not components.
+        grep -Eq '^crate-type[[:space:]]*=.*"cdylib"' "$manifest" || continue
         if [[ "$members" != *"\"manifest_path\":\"$manifest\""* ]]; then
             warn "skipped ${dir#"$ROOT"/}: not a member of the workspace; add \"${dir#"$ROOT"/}\" to [workspace] members in Cargo.toml"
             continue

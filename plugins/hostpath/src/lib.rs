@@ -19,20 +19,14 @@ mod plan;
 
 use std::io::ErrorKind;
 
-use exports::wasmprov::provisioner::plugin::Guest;
-use wasmprov::provisioner::logging::{self, Level};
-use wasmprov::provisioner::types::{
-    DeleteError, DeleteRequest, PluginCapabilities, ProvisionError, ProvisionRequest, Volume,
+use wasmprov_plugin::{
+    export_plugin, log, DeleteError, DeleteRequest, Plugin, PluginCapabilities, ProvisionError,
+    ProvisionRequest, Volume,
 };
-
-wit_bindgen::generate!({
-    path: "../../wit",
-    world: "provisioner",
-});
 
 struct HostPath;
 
-impl Guest for HostPath {
+impl Plugin for HostPath {
     fn capabilities() -> PluginCapabilities {
         PluginCapabilities {
             block_volumes: false,
@@ -71,13 +65,9 @@ impl Guest for HostPath {
                 )))
             }
         };
-        logging::log(
-            Level::Info,
+        log::info(
             message,
-            &[
-                ("pv".to_string(), request.pv_name.clone()),
-                ("path".to_string(), plan.host_dir.clone()),
-            ],
+            &[("pv", &request.pv_name), ("path", &plan.host_dir)],
         );
         Ok(plan.volume)
     }
@@ -109,13 +99,9 @@ impl Guest for HostPath {
                 )))
             }
         };
-        logging::log(
-            Level::Info,
+        log::info(
             message,
-            &[
-                ("pv".to_string(), request.pv_name.clone()),
-                ("path".to_string(), plan.host_dir),
-            ],
+            &[("pv", &request.pv_name), ("path", &plan.host_dir)],
         );
         Ok(())
     }
@@ -128,4 +114,4 @@ fn root_hint(root: &str) -> String {
     )
 }
 
-export!(HostPath);
+export_plugin!(HostPath);

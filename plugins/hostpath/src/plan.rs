@@ -2,11 +2,13 @@
 //! request validation, naming and the returned volume. `lib.rs` only adds the
 //! filesystem calls and logging, so everything here is unit-tested natively.
 
-use crate::wasmprov::provisioner::types::{
-    DeleteError, DeleteRequest, NodeAffinity, NodeSelectorOperator, NodeSelectorRequirement,
-    NodeSelectorTerm, ProvisionError, ProvisionRequest, Volume, VolumeBindingMode, VolumeMode,
+use wasmprov_plugin::{
+    claim, path, pin_to_node, source, volume, DeleteError, DeleteRequest, Params as ClassParams,
+    ProvisionError, ProvisionRequest, Volume,
 };
 
+/// The plugin's name in messages.
+pub const PLUGIN: &str = "hostpath";
 /// Class parameter: absolute directory on the node under which volumes live.
 pub const PARAM_HOST_ROOT: &str = "hostRoot";
 /// Class parameter: guest path where the sandbox policy preopens `hostRoot`.
@@ -18,10 +20,6 @@ pub const KNOWN_PARAMS: [&str; 3] = [PARAM_HOST_ROOT, PARAM_ROOT, PARAM_NODE_AFF
 
 /// Default of `root`.
 pub const DEFAULT_ROOT: &str = "/volumes";
-/// The node label node affinity is expressed with.
-pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
-/// Kubernetes object names are at most 253 characters.
-const MAX_NAME_LEN: usize = 253;
 
 /// The plugin's configuration, from the StorageClass parameters.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,37 +46,20 @@ pub enum Unknown {
 impl Params {
     /// Parses class parameters. The error is a message for the claim's events.
     pub fn parse(params: &[(String, String)], unknown: Unknown) -> Result<Params, String> {
-        let mut host_root = None;
-        let mut root = None;
-        let mut node_affinity = None;
-        let mut unknown_keys = Vec::new();
-        for (key, value) in params {
-            match key.as_str() {
-                PARAM_HOST_ROOT => host_root = Some(value.as_str()),
-                PARAM_ROOT => root = Some(value.as_str()),
-                PARAM_NODE_AFFINITY => node_affinity = Some(value.as_str()),
-                other => unknown_keys.push(other),
-            }
+        let params = ClassParams::new(PLUGIN, params);
+        if unknown == Unknown::Reject {
+            params
+                .reject_unknown(&KNOWN_PARAMS)
+                .map_err(|e| e.to_string())?;
         }
-        if unknown == Unknown::Reject && !unknown_keys.is_empty() {
-            unknown_keys.sort_unstable();
-            return Err(format!(
-                "unknown class parameter{} {}: the hostpath plugin accepts only {} \
-                 (parameter names are case-sensitive)",
-                if unknown_keys.len() == 1 { "" } else { "s" },
-                quote_list(&unknown_keys),
-                quote_list(&KNOWN_PARAMS),
-            ));
-        }
-
-        let host_root = host_root.ok_or_else(|| {
-            format!(
-                "missing class parameter \"{PARAM_HOST_ROOT}\": set it to the absolute \
-                 directory on the node under which volumes are created, \
-                 e.g. {PARAM_HOST_ROOT}: /var/lib/wasmprov/hostpath"
+        let host_root = params
+            .abs_path(
+                PARAM_HOST_ROOT,
+                None,
+                "the absolute directory on the node under which volumes are created, \
+                 e.g. hostRoot: /var/lib/wasmprov/hostpath",
             )
-        })?;
-        let host_root = normalize_abs_path(PARAM_HOST_ROOT, host_root)?;
+            .map_err(|e| e.to_string())?;
         if host_root == "/" {
             return Err(format!(
                 "class parameter \"{PARAM_HOST_ROOT}\" must not be \"/\": volumes would be \
@@ -86,17 +67,12 @@ impl Params {
                  such as /var/lib/wasmprov/hostpath"
             ));
         }
-        let root = normalize_abs_path(PARAM_ROOT, root.unwrap_or(DEFAULT_ROOT))?;
-        let node_affinity = match node_affinity {
-            None | Some("false") => false,
-            Some("true") => true,
-            Some(other) => {
-                return Err(format!(
-                    "class parameter \"{PARAM_NODE_AFFINITY}\" must be \"true\" or \"false\", \
-                     got {other:?}"
-                ))
-            }
-        };
+        let root = params
+            .abs_path(PARAM_ROOT, Some(DEFAULT_ROOT), "")
+            .map_err(|e| e.to_string())?;
+        let node_affinity = params
+            .bool(PARAM_NODE_AFFINITY, false)
+            .map_err(|e| e.to_string())?;
         Ok(Params {
             host_root,
             root,
@@ -105,101 +81,14 @@ impl Params {
     }
 
     /// Where the volume's directory is inside the sandbox.
-    pub fn guest_dir(&self, pv_name: &str) -> String {
-        join(&self.root, pv_name)
+    pub fn guest_dir(&self, pv_name: &str) -> Result<String, String> {
+        path::join(&self.root, pv_name)
     }
 
     /// Where the volume's directory is on the node.
-    pub fn host_dir(&self, pv_name: &str) -> String {
-        join(&self.host_root, pv_name)
+    pub fn host_dir(&self, pv_name: &str) -> Result<String, String> {
+        path::join(&self.host_root, pv_name)
     }
-}
-
-/// Checks that `value` is an absolute path without `.`, `..` or empty
-/// components and without control characters; returns it without a trailing
-/// slash (`/` stays `/`).
-pub fn normalize_abs_path(param: &str, value: &str) -> Result<String, String> {
-    let bad = |why: &str| {
-        Err(format!(
-            "class parameter \"{param}\" must be an absolute, normalized path, got {value:?}: {why}"
-        ))
-    };
-    if !value.starts_with('/') {
-        return bad("it does not start with /");
-    }
-    if value.chars().any(char::is_control) {
-        return bad("it contains control characters");
-    }
-    let trimmed = value.trim_end_matches('/');
-    if trimmed.is_empty() {
-        return Ok("/".to_string());
-    }
-    for component in trimmed[1..].split('/') {
-        match component {
-            "" => return bad("it contains an empty component (//)"),
-            "." | ".." => return bad("it contains a . or .. component"),
-            _ => {}
-        }
-    }
-    Ok(trimmed.to_string())
-}
-
-fn join(dir: &str, name: &str) -> String {
-    if dir == "/" {
-        format!("/{name}")
-    } else {
-        format!("{dir}/{name}")
-    }
-}
-
-fn quote_list(items: &[&str]) -> String {
-    items
-        .iter()
-        .map(|item| format!("{item:?}"))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// Checks that a PV name is one safe directory name: a lowercase DNS subdomain
-/// (`[a-z0-9]([-a-z0-9.]*[a-z0-9])?`, at most 253 characters). That excludes
-/// `.`, `..`, `/` and anything else that could leave the root.
-pub fn validate_pv_name(name: &str) -> Result<(), String> {
-    let bytes = name.as_bytes();
-    let alnum = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit();
-    let ok = !bytes.is_empty()
-        && bytes.len() <= MAX_NAME_LEN
-        && bytes.first().is_some_and(alnum)
-        && bytes.last().is_some_and(alnum)
-        && bytes.iter().all(|b| alnum(b) || *b == b'-' || *b == b'.');
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "invalid volume name {name:?}: it must be a lowercase DNS name \
-             ([a-z0-9]([-a-z0-9.]*[a-z0-9])?, at most {MAX_NAME_LEN} characters) \
-             so that it is a single directory name under the root"
-        ))
-    }
-}
-
-/// The PersistentVolume source of a volume: a `hostPath` directory, as JSON.
-pub fn host_path_source(host_dir: &str) -> String {
-    serde_json::json!({
-        "hostPath": { "path": host_dir, "type": "DirectoryOrCreate" }
-    })
-    .to_string()
-}
-
-/// The `hostPath.path` of a PersistentVolume source given as JSON.
-pub fn host_path_of(source: &str) -> Result<String, String> {
-    let value: serde_json::Value =
-        serde_json::from_str(source).map_err(|e| format!("the source is not JSON ({e})"))?;
-    value
-        .get("hostPath")
-        .and_then(|host_path| host_path.get("path"))
-        .and_then(serde_json::Value::as_str)
-        .map(str::to_string)
-        .ok_or_else(|| "the source has no hostPath.path".to_string())
 }
 
 /// Everything `provision` does, decided before touching the filesystem.
@@ -221,87 +110,26 @@ pub fn plan_provision(request: &ProvisionRequest) -> Result<ProvisionPlan, Provi
 
     let params = Params::parse(&request.storage_class.parameters, Unknown::Reject)
         .map_err(InvalidArgument)?;
-    let claim = &request.claim;
-    if claim.requested_bytes == 0 {
-        return Err(InvalidArgument(
-            "the claim requests 0 bytes: set spec.resources.requests.storage to a positive size"
-                .to_string(),
-        ));
-    }
-    if claim.access_modes.is_empty() {
-        return Err(InvalidArgument(
-            "the claim has no access modes: set spec.accessModes, e.g. [ReadWriteOnce]".to_string(),
-        ));
-    }
-    if claim.volume_mode == VolumeMode::Block {
-        return Err(InvalidArgument(
-            "the claim asks for a block volume (volumeMode: Block); the hostpath plugin only \
-             provides filesystem volumes"
-                .to_string(),
-        ));
-    }
-    if let Some(source) = &claim.data_source {
-        return Err(InvalidArgument(format!(
-            "the claim wants its data copied from {} {:?}; the hostpath plugin cannot \
-             pre-populate volumes (no snapshots or cloning)",
-            source.kind, source.name
-        )));
-    }
-    if claim.selector.is_some() {
-        return Err(InvalidArgument(
-            "the claim has a spec.selector; the hostpath plugin cannot select among existing \
-             volumes: remove the selector"
-                .to_string(),
-        ));
-    }
-    validate_pv_name(&request.pv_name).map_err(InvalidArgument)?;
-
+    let size = claim::check_filesystem_claim(PLUGIN, request)?;
     let node_affinity = if params.node_affinity {
-        let node = request.selected_node.as_ref().ok_or_else(|| {
-            let fix = match request.storage_class.volume_binding_mode {
-                VolumeBindingMode::Immediate => format!(
-                    "the StorageClass has volumeBindingMode: Immediate; set it to \
-                     WaitForFirstConsumer (or set {PARAM_NODE_AFFINITY}: \"false\")"
-                ),
-                VolumeBindingMode::WaitForFirstConsumer => "the class waits for the first \
-                     consumer but no node was selected yet (with `wasmprov plugin invoke`, \
-                     pass --node)"
-                    .to_string(),
-            };
-            InvalidArgument(format!(
-                "class parameter {PARAM_NODE_AFFINITY}=\"true\" pins the volume to the selected \
-                 node, but the request has none: {fix}"
-            ))
-        })?;
-        let hostname = node
-            .labels
-            .iter()
-            .find(|(key, _)| key == HOSTNAME_LABEL)
-            .map_or(node.name.as_str(), |(_, value)| value.as_str());
-        Some(NodeAffinity {
-            terms: vec![NodeSelectorTerm {
-                match_expressions: vec![NodeSelectorRequirement {
-                    key: HOSTNAME_LABEL.to_string(),
-                    operator: NodeSelectorOperator::In,
-                    values: vec![hostname.to_string()],
-                }],
-            }],
-        })
+        let needed_by = format!(
+            "class parameter {PARAM_NODE_AFFINITY}=\"true\" (set it to \"false\" to allow any node)"
+        );
+        Some(pin_to_node(claim::selected_node(request, &needed_by)?))
     } else {
         None
     };
-
-    let host_dir = params.host_dir(&request.pv_name);
+    let host_dir = params.host_dir(&request.pv_name).map_err(InvalidArgument)?;
+    let mut volume = volume(
+        size,
+        source::host_path(&host_dir, Some("DirectoryOrCreate")),
+    );
+    volume.node_affinity = node_affinity;
     Ok(ProvisionPlan {
-        guest_dir: params.guest_dir(&request.pv_name),
-        volume: Volume {
-            capacity_bytes: claim.requested_bytes,
-            source: host_path_source(&host_dir),
-            node_affinity,
-            mount_options: Vec::new(),
-            labels: Vec::new(),
-            annotations: Vec::new(),
-        },
+        guest_dir: params
+            .guest_dir(&request.pv_name)
+            .map_err(InvalidArgument)?,
+        volume,
         host_dir,
         root: params.root,
     })
@@ -329,9 +157,10 @@ pub fn plan_delete(request: &DeleteRequest) -> Result<DeletePlan, DeleteError> {
             "cannot delete volume {pv}: its recorded class parameters are unusable: {e}"
         ))
     })?;
-    validate_pv_name(pv).map_err(|e| Failed(format!("refusing to delete: {e}")))?;
-    let host_dir = params.host_dir(pv);
-    let actual = host_path_of(&request.source).map_err(|e| {
+    path::check_pv_name(pv).map_err(|e| Failed(format!("refusing to delete: {e}")))?;
+    let refuse = |e: String| Failed(format!("refusing to delete: {e}"));
+    let host_dir = params.host_dir(pv).map_err(refuse)?;
+    let actual = source::host_path_of(&request.source).map_err(|e| {
         Failed(format!(
             "refusing to delete volume {pv}: {e}; expected a hostPath source at {host_dir}"
         ))
@@ -348,7 +177,7 @@ pub fn plan_delete(request: &DeleteRequest) -> Result<DeletePlan, DeleteError> {
         )));
     }
     Ok(DeletePlan {
-        guest_dir: params.guest_dir(pv),
+        guest_dir: params.guest_dir(pv).map_err(refuse)?,
         host_dir,
         root: params.root,
     })
@@ -357,9 +186,9 @@ pub fn plan_delete(request: &DeleteRequest) -> Result<DeletePlan, DeleteError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wasmprov::provisioner::types::{
-        AccessMode, Claim, DataSource, LabelSelector, Node, ReclaimPolicy, StorageClass,
-        VolumeBindingMode,
+    use wasmprov_plugin::{
+        AccessMode, Claim, DataSource, LabelSelector, Node, NodeSelectorOperator, ReclaimPolicy,
+        StorageClass, VolumeBindingMode, VolumeMode,
     };
 
     fn params(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -444,8 +273,8 @@ mod tests {
         .unwrap();
         assert_eq!(p.root, "/data");
         assert!(p.node_affinity);
-        assert_eq!(p.guest_dir("pvc-1"), "/data/pvc-1");
-        assert_eq!(p.host_dir("pvc-1"), "/srv/pv/pvc-1");
+        assert_eq!(p.guest_dir("pvc-1").unwrap(), "/data/pvc-1");
+        assert_eq!(p.host_dir("pvc-1").unwrap(), "/srv/pv/pvc-1");
     }
 
     #[test]
@@ -501,7 +330,7 @@ mod tests {
             Unknown::Reject,
         )
         .unwrap();
-        assert_eq!(p.guest_dir("pvc-1"), "/pvc-1");
+        assert_eq!(p.guest_dir("pvc-1").unwrap(), "/pvc-1");
     }
 
     #[test]
@@ -527,7 +356,7 @@ mod tests {
     #[test]
     fn pv_names() {
         for good in ["pvc-1234", "a", "0", "pvc-9f1c.x-y", &"a".repeat(253)] {
-            assert!(validate_pv_name(good).is_ok(), "{good}");
+            assert!(path::check_pv_name(good).is_ok(), "{good}");
         }
         for bad in [
             "",
@@ -546,17 +375,20 @@ mod tests {
             "ä",
             &"a".repeat(254),
         ] {
-            assert!(validate_pv_name(bad).is_err(), "{bad:?}");
+            assert!(path::check_pv_name(bad).is_err(), "{bad:?}");
         }
     }
 
     #[test]
     fn source_json_is_escaped() {
-        let source = host_path_source("/srv/we\"ird\\dir/pvc-1");
+        let source = source::host_path("/srv/we\"ird\\dir/pvc-1", Some("DirectoryOrCreate"));
         let value: serde_json::Value = serde_json::from_str(&source).unwrap();
         assert_eq!(value["hostPath"]["path"], "/srv/we\"ird\\dir/pvc-1");
         assert_eq!(value["hostPath"]["type"], "DirectoryOrCreate");
-        assert_eq!(host_path_of(&source).unwrap(), "/srv/we\"ird\\dir/pvc-1");
+        assert_eq!(
+            source::host_path_of(&source).unwrap(),
+            "/srv/we\"ird\\dir/pvc-1"
+        );
     }
 
     #[test]

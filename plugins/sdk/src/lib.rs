@@ -1,0 +1,121 @@
+//! Helpers for writing wasmprov plugins in Rust.
+//!
+//! A plugin is a `cdylib` crate that depends on this one, implements
+//! [`Plugin`] and calls [`export_plugin!`]:
+//!
+//! ```ignore
+//! use wasmprov_plugin::*;
+//!
+//! struct Mine;
+//!
+//! impl Plugin for Mine {
+//!     fn capabilities() -> PluginCapabilities {
+//!         PluginCapabilities { block_volumes: false }
+//!     }
+//!     fn provision(request: ProvisionRequest) -> Result<Volume, ProvisionError> {
+//!         let params = Params::new("mine", &request.storage_class.parameters);
+//!         params.reject_unknown(&["server"])?;
+//!         let server = params.required("server", "the backend's address, e.g. 10.0.0.5")?;
+//!         let size = claim::check_filesystem_claim("mine", &request)?;
+//!         Ok(volume(size, source::nfs(server, "/exports/x", false)))
+//!     }
+//!     fn delete(_request: DeleteRequest) -> Result<(), DeleteError> {
+//!         Ok(())
+//!     }
+//! }
+//!
+//! export_plugin!(Mine);
+//! ```
+//!
+//! The WIT bindings are generated once, here ([`bindings`]), from the
+//! repository's `wit/provisioner.wit`; plugins neither regenerate nor depend on
+//! `wit-bindgen` themselves. Everything else is plain Rust that also builds
+//! natively, so a plugin's logic is unit-testable with `cargo test`.
+//!
+//! - [`params`]: class parameters with typed errors that become
+//!   `invalid-argument` messages naming the parameter and the fix.
+//! - [`source`]: `PersistentVolumeSource` JSON builders and readers.
+//! - [`path`]: safe path handling: one safe component under a root, never an
+//!   escape.
+//! - [`claim`]: the usual checks on a claim (size, access modes, volume mode...).
+//! - [`log`]: one-line logging into the host's log.
+
+// The generated `export!` macro names this crate by its own name.
+extern crate self as wasmprov_plugin;
+
+pub mod claim;
+pub mod log;
+pub mod params;
+pub mod path;
+pub mod source;
+
+/// Re-exported so that generated code (and plugins that need it) can reach it
+/// through this crate.
+pub use wit_bindgen;
+
+/// The bindings of the `provisioner` world of `wit/provisioner.wit`,
+/// generated once for every Rust plugin.
+pub mod bindings {
+    wit_bindgen::generate!({
+        path: "../../wit",
+        world: "provisioner",
+        pub_export_macro: true,
+        export_macro_name: "export",
+        default_bindings_module: "wasmprov_plugin::bindings",
+        runtime_path: "wasmprov_plugin::wit_bindgen::rt",
+    });
+}
+
+pub use bindings::exports::wasmprov::provisioner::plugin::Guest as Plugin;
+pub use bindings::wasmprov::provisioner::logging::Level;
+pub use bindings::wasmprov::provisioner::types::{
+    AccessMode, Claim, DataSource, DeleteError, DeleteRequest, LabelSelector,
+    LabelSelectorRequirement, Node, NodeAffinity, NodeSelectorOperator, NodeSelectorRequirement,
+    NodeSelectorTerm, PluginCapabilities, ProvisionError, ProvisionRequest, ReclaimPolicy,
+    StorageClass, TopologyRequirement, TopologyTerm, Volume, VolumeBindingMode, VolumeMode,
+};
+pub use params::{ParamError, Params};
+
+/// Exports a type implementing [`Plugin`] as the plugin of this component.
+/// Call it once, in the plugin crate's `lib.rs`.
+#[macro_export]
+macro_rules! export_plugin {
+    ($ty:ident) => {
+        $crate::bindings::export!($ty with_types_in $crate::bindings);
+    };
+}
+
+/// A volume with `capacity_bytes` and `source` and nothing else (no node
+/// affinity, mount options, labels or annotations); set those fields after.
+pub fn volume(capacity_bytes: u64, source: String) -> Volume {
+    Volume {
+        capacity_bytes,
+        source,
+        node_affinity: None,
+        mount_options: Vec::new(),
+        labels: Vec::new(),
+        annotations: Vec::new(),
+    }
+}
+
+/// The value of `key` in a WIT string map (`list<tuple<string, string>>`).
+pub fn lookup<'a>(map: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    map.iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, value)| value.as_str())
+}
+
+/// A node affinity that pins a volume to one node by its
+/// `kubernetes.io/hostname` label (its name when it has no such label).
+pub fn pin_to_node(node: &Node) -> NodeAffinity {
+    let hostname = lookup(&node.labels, claim::HOSTNAME_LABEL).unwrap_or(&node.name);
+    NodeAffinity {
+        terms: vec![NodeSelectorTerm {
+            match_expressions: vec![NodeSelectorRequirement {
+                key: claim::HOSTNAME_LABEL.to_string(),
+                operator: NodeSelectorOperator::In,
+                values: vec![hostname.to_string()],
+            }],
+        }],
+    }
+}
