@@ -249,6 +249,28 @@ fn check_refuses_what_is_not_a_plugin_of_our_world() {
     }
 }
 
+/// The same refusals for real components built from source (tests/guests).
+#[test]
+fn check_refuses_built_components_of_another_world_or_contract_version() {
+    let cases = [
+        ("other-world", "a component of another world"),
+        (
+            "next-major",
+            "wasmprov:provisioner/plugin@1.0.0, which this host does not support",
+        ),
+    ];
+    for (guest, want) in cases {
+        let path = guest_path(guest);
+        let out = wasmprov(&["plugin", "check", path.to_str().unwrap()]);
+        assert!(!out.status.success(), "{guest} was accepted");
+        let err = stderr(&out);
+        assert!(
+            err.contains(path.to_str().unwrap()) && err.contains(want),
+            "{guest}: {err}"
+        );
+    }
+}
+
 #[test]
 fn a_bad_policy_file_is_reported_with_the_field_to_fix() {
     let hostpath = plugin_path("hostpath");

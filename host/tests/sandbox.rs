@@ -385,3 +385,23 @@ async fn delete_errors_map_and_a_crashing_delete_fails_only_its_call() {
         .await
         .expect("still serves deletes");
 }
+
+#[tokio::test]
+async fn network_filesystem_mode_still_serves_its_preopens() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut pol = policy();
+    pol.network_filesystem = true;
+    pol.preopens.push(Preopen {
+        host: dir.path().to_owned(),
+        guest: "/data".to_owned(),
+        mode: DirMode::ReadWrite,
+    });
+    let p = misbehave(pol).await;
+    provision(&p, "write-inside")
+        .await
+        .expect("write through offloaded calls");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("inside.txt")).unwrap(),
+        "hello"
+    );
+}

@@ -7,9 +7,9 @@ wasmtime::component::bindgen!({
     exports: { default: async },
 });
 
-pub use exports::wasmprov::provisioner::plugin as plugin_exports;
-pub use wasmprov::provisioner::logging;
-pub use wasmprov::provisioner::types;
+pub use self::exports::wasmprov::provisioner::plugin as plugin_exports;
+pub use self::wasmprov::provisioner::logging;
+pub use self::wasmprov::provisioner::types;
 
 /// The WIT package and interface a plugin must export, without version.
 pub const PLUGIN_INTERFACE: &str = "wasmprov:provisioner/plugin";

@@ -68,7 +68,7 @@ impl Default for RuntimeConfig {
             cache_dir: None,
             max_memory_per_call: 1 << 30,
             max_concurrent_calls: 64,
-            keep_resident: 1 << 20,
+            keep_resident: 16 << 20,
         }
     }
 }

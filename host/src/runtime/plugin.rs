@@ -128,7 +128,9 @@ impl Plugin {
         self.capabilities
     }
 
-    async fn call_capabilities(&self) -> Result<Capabilities, CallError> {
+    /// Calls the plugin's `capabilities` in a fresh instance (the answer at load
+    /// time is cached in [`Plugin::capabilities`]).
+    pub async fn call_capabilities(&self) -> Result<Capabilities, CallError> {
         let subject = "capabilities";
         let mut call = self.begin(subject).await?;
         let pre = &self.compiled.pre;

@@ -16,7 +16,7 @@ use crate::provisioner::{
 use crate::runtime::bindings::types as wit;
 use crate::runtime::{CallError, Plugin};
 
-pub use request::plugin_parameters;
+pub use request::{plugin_parameters, provision_request};
 
 /// One plugin seen as a provisioner.
 #[derive(Debug, Clone)]
