@@ -12,6 +12,9 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
 
+#[path = "plugin_test.rs"]
+mod plugin_test;
+
 use super::RuntimeArgs;
 use crate::provisioner::ProvisionOptions;
 use crate::runtime::{CacheOutcome, PolicySet, Runtime, RuntimeConfig};
@@ -25,6 +28,9 @@ pub enum PluginCommand {
     Invoke(InvokeArgs),
     /// Delete the storage of a PersistentVolume with the plugin.
     Delete(DeleteArgs),
+    /// Run the conformance suite against the plugin (no cluster needed);
+    /// prints a pass/fail table, exits non-zero on a failure.
+    Test(plugin_test::TestArgs),
 }
 
 #[derive(Debug, Args)]
@@ -77,6 +83,7 @@ pub async fn run(cmd: PluginCommand) -> anyhow::Result<ExitCode> {
         PluginCommand::Check(args) => check(args).await,
         PluginCommand::Invoke(args) => invoke(args).await,
         PluginCommand::Delete(args) => delete(args).await,
+        PluginCommand::Test(args) => plugin_test::test(args).await,
     }
 }
 
