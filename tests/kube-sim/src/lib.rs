@@ -19,6 +19,7 @@
 //! ```
 
 pub mod controllers;
+mod convert;
 mod discovery;
 pub mod error;
 pub mod faults;

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
 
+use crate::convert;
 use crate::error::{ApiError, ApiResult, Target};
 use crate::objects;
 use crate::patch::{self, PatchType};
@@ -173,10 +174,13 @@ impl Registry {
         (ns.to_string(), name.to_string())
     }
 
-    pub fn get(&self, res: ResourceId, ns: &str, name: &str) -> ApiResult<Arc<Value>> {
-        self.store
+    pub fn get(&self, api: ResourceId, ns: &str, name: &str) -> ApiResult<Arc<Value>> {
+        let res = convert::storage(api);
+        let obj = self
+            .store
             .get(res, &Self::key(res, ns, name))
-            .ok_or_else(|| ApiError::NotFound(target(res, name)))
+            .ok_or_else(|| ApiError::NotFound(target(api, name)))?;
+        Ok(present(api, obj))
     }
 
     /// Decode like the real server: check apiVersion/kind, round-trip through
@@ -259,7 +263,12 @@ impl Registry {
         opts: &WriteOpts,
     ) -> ApiResult<Written> {
         let (obj, warnings) = self.decode(res, body, opts.validation)?;
-        self.create_decoded(res, path_ns, obj, opts, warnings, true)
+        if res == resources::EVENT_V1 {
+            validate_event_v1(&obj)?;
+        }
+        let stored = convert::to_storage(res, obj);
+        self.create_decoded(convert::storage(res), path_ns, stored, opts, warnings, true)
+            .map(|w| present_written(res, w))
     }
 
     fn create_decoded(
@@ -617,7 +626,17 @@ impl Registry {
                 "the namespace of the provided object does not match the namespace sent on the request".into(),
             ));
         }
-        self.write_existing(res, ns, name, sub, opts, warnings, true, move |_| Ok(obj))
+        self.write_existing(
+            convert::storage(res),
+            ns,
+            name,
+            sub,
+            opts,
+            warnings,
+            true,
+            move |_| Ok(convert::to_storage(res, obj)),
+        )
+        .map(|w| present_written(res, w))
     }
 
     /// PATCH (server-side apply creates a missing object).
@@ -647,17 +666,27 @@ impl Registry {
             ));
         }
         let validation = opts.validation;
-        self.write_existing(res, ns, name, sub, opts, Vec::new(), true, |cur| {
-            let mut out = (**cur).clone();
-            match ptype {
-                PatchType::Merge => patch::merge::apply(&mut out, &doc),
-                PatchType::Strategic => patch::strategic::apply(&mut out, &doc)?,
-                PatchType::Json => patch::json_patch::apply(&mut out, &doc)?,
-                PatchType::Apply => {}
-            }
-            let (decoded, _) = self.decode(res, out, validation)?;
-            Ok(decoded)
-        })
+        self.write_existing(
+            convert::storage(res),
+            ns,
+            name,
+            sub,
+            opts,
+            Vec::new(),
+            true,
+            |cur| {
+                let mut out = convert::from_storage(res, cur);
+                match ptype {
+                    PatchType::Merge => patch::merge::apply(&mut out, &doc),
+                    PatchType::Strategic => patch::strategic::apply(&mut out, &doc)?,
+                    PatchType::Json => patch::json_patch::apply(&mut out, &doc)?,
+                    PatchType::Apply => {}
+                }
+                let (decoded, _) = self.decode(res, out, validation)?;
+                Ok(convert::to_storage(res, decoded))
+            },
+        )
+        .map(|w| present_written(res, w))
     }
 
     fn server_side_apply(
@@ -683,13 +712,15 @@ impl Registry {
         }
         let t = target(res, name);
         let now = util::now();
+        let (api, res) = (res, convert::storage(res));
+        let applied = convert::to_storage(api, applied);
         // Two attempts: the object may appear between our look and our create.
         for _ in 0..2 {
             if self.store.get(res, &Self::key(res, ns, name)).is_none() {
                 let obj = patch::apply::apply(None, &applied, &opts.manager, opts.force, &t, &now)?;
                 match self.create_decoded(res, ns, obj, opts, warnings.clone(), false) {
                     Err(ApiError::AlreadyExists(_)) => continue,
-                    other => return other,
+                    other => return other.map(|w| present_written(api, w)),
                 }
             }
             let r = self.write_existing(res, ns, name, sub, opts, warnings.clone(), false, |cur| {
@@ -697,7 +728,7 @@ impl Registry {
             });
             match r {
                 Err(ApiError::NotFound(_)) => continue,
-                other => return other,
+                other => return other.map(|w| present_written(api, w)),
             }
         }
         Err(ApiError::conflict_modified(t))
@@ -833,6 +864,7 @@ impl Registry {
         name: &str,
         opts: &DeleteOpts,
     ) -> ApiResult<(Arc<Value>, bool)> {
+        let (api, res) = (res, convert::storage(res));
         let key = Self::key(res, ns, name);
         let gone = RefCell::new(false);
         let dry: RefCell<Option<Arc<Value>>> = RefCell::new(None);
@@ -875,10 +907,10 @@ impl Registry {
             Ok(Change::Put(next))
         })?;
         if let Some(obj) = dry.into_inner() {
-            return Ok((obj, false));
+            return Ok((present(api, obj), false));
         }
         let obj = stored.ok_or_else(|| ApiError::NotFound(target(res, name)))?;
-        Ok((obj, gone.into_inner()))
+        Ok((present(api, obj), gone.into_inner()))
     }
 
     /// Remove a namespace whose content is gone (the namespace controller's last step).
@@ -915,5 +947,51 @@ impl Registry {
             Ok(v)
         })
         .map(|w| w.object)
+    }
+}
+
+/// Storage form → the form of the API resource that was addressed.
+fn present(api: ResourceId, obj: Arc<Value>) -> Arc<Value> {
+    if convert::storage(api) == api {
+        obj
+    } else {
+        Arc::new(convert::from_storage(api, &obj))
+    }
+}
+
+fn present_written(api: ResourceId, mut w: Written) -> Written {
+    w.object = present(api, w.object);
+    w
+}
+
+/// events.k8s.io/v1 requires what the new event API is about.
+fn validate_event_v1(obj: &Value) -> ApiResult<()> {
+    let mut errs = Vec::new();
+    let has = |f: &str| objects::path_str(obj, f).is_some_and(|s| !s.is_empty());
+    for f in [
+        "eventTime",
+        "reportingController",
+        "reportingInstance",
+        "action",
+        "reason",
+    ] {
+        if !has(f) {
+            errs.push(format!("{f}: Required value"));
+        }
+    }
+    match objects::path_str(obj, "type") {
+        Some("Normal" | "Warning") => {}
+        other => errs.push(format!(
+            "type: Unsupported value: \"{}\": supported values: \"Normal\", \"Warning\"",
+            other.unwrap_or("")
+        )),
+    }
+    if objects::path_str(obj, "note").is_some_and(|n| n.len() > 1024) {
+        errs.push("note: Too long: may not be more than 1024 bytes".into());
+    }
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(invalid(resources::EVENT_V1, objects::name(obj), errs))
     }
 }

@@ -928,3 +928,69 @@ async fn namespace_deletion_removes_its_content() {
         .items
         .is_empty());
 }
+
+#[tokio::test]
+async fn events_api_events_are_core_events_too() {
+    use kube::runtime::events::{Event as NewEvent, EventType, Recorder, Reporter};
+    let sim = start().await;
+    let client = sim.client().unwrap();
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
+    let claim = pvcs
+        .create(&PostParams::default(), &pvc("evt", Some("none"), "1Gi"))
+        .await
+        .unwrap();
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "wasmprov".into(),
+            instance: Some("host-0".into()),
+        },
+    );
+    let ev = NewEvent {
+        type_: EventType::Normal,
+        reason: "Provisioning".into(),
+        note: Some("External provisioner is provisioning volume".into()),
+        action: "Provision".into(),
+        secondary: None,
+    };
+    recorder
+        .publish(&ev, &kube::Resource::object_ref(&claim, &()))
+        .await
+        .unwrap();
+    recorder
+        .publish(&ev, &kube::Resource::object_ref(&claim, &()))
+        .await
+        .unwrap();
+
+    // Written through events.k8s.io/v1, readable as core/v1 (what kubectl describe lists).
+    let core: Api<Event> = Api::namespaced(client.clone(), "default");
+    let found = core
+        .list(&ListParams::default().fields("involvedObject.name=evt,reason=Provisioning"))
+        .await
+        .unwrap();
+    assert_eq!(found.items.len(), 1, "one event, aggregated as a series");
+    let e = &found.items[0];
+    assert_eq!(
+        e.message.as_deref(),
+        Some("External provisioner is provisioning volume")
+    );
+    assert_eq!(e.reporting_component.as_deref(), Some("wasmprov"));
+    assert_eq!(e.series.as_ref().and_then(|s| s.count), Some(2));
+
+    // The new API validates what it requires.
+    let v1: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client, "default");
+    let bare: k8s_openapi::api::events::v1::Event =
+        serde_json::from_value(json!({"metadata": {"name": "bare"}, "eventTime": null})).unwrap();
+    assert_eq!(
+        status_of(v1.create(&PostParams::default(), &bare).await.unwrap_err()).code,
+        422
+    );
+    let listed = v1
+        .list(&ListParams::default().fields("regarding.name=evt,reason=Provisioning"))
+        .await
+        .unwrap();
+    assert_eq!(
+        listed.items[0].note.as_deref(),
+        Some("External provisioner is provisioning volume")
+    );
+}

@@ -11,6 +11,7 @@ use super::negotiate::{self, Format};
 use super::query::Query;
 use super::route::ResourceRoute;
 use super::{bytes_response, error_response, json_response, watch, ApiServer, Body};
+use crate::convert;
 use crate::error::{ApiError, ApiResult};
 use crate::objects;
 use crate::patch::PatchType;
@@ -225,15 +226,29 @@ fn list(server: &ApiServer, r: &ResourceRoute, ctx: &RequestCtx) -> ApiResult<Re
             (if exact { rv } else { None }, None)
         }
     };
-    let filter = |o: &Value| labels.matches(o) && fields.matches(o);
-    let page = server.registry.store.list(
-        r.res,
+    let stored = convert::storage(r.res);
+    let converted = stored != r.res;
+    let filter = |o: &Value| {
+        if converted {
+            let o = convert::from_storage(r.res, o);
+            labels.matches(&o) && fields.matches(&o)
+        } else {
+            labels.matches(o) && fields.matches(o)
+        }
+    };
+    let mut page = server.registry.store.list(
+        stored,
         r.namespace.as_deref(),
         snapshot,
         start.as_ref(),
         limit,
         &filter,
     )?;
+    if converted {
+        for item in &mut page.items {
+            *item = Arc::new(convert::from_storage(r.res, item));
+        }
+    }
 
     let mut meta = json!({"resourceVersion": page.rv.to_string()});
     if let Some(next) = &page.next {
@@ -346,7 +361,11 @@ fn delete_collection(
     let opts = delete_opts(ctx)?;
     let registry: &Registry = &server.registry;
     let mut items = Vec::new();
-    for obj in registry.store.all(r.res, r.namespace.as_deref()) {
+    for obj in registry
+        .store
+        .all(convert::storage(r.res), r.namespace.as_deref())
+    {
+        let obj = convert::from_storage(r.res, &obj);
         if !(labels.matches(&obj) && fields.matches(&obj)) {
             continue;
         }

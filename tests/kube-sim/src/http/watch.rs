@@ -18,6 +18,7 @@ use super::negotiate::{self, Format};
 use super::resource::{selectors, RequestCtx};
 use super::route::ResourceRoute;
 use super::{error_response, ApiServer, Body};
+use crate::convert;
 use crate::error::ApiError;
 use crate::objects;
 use crate::resources::{ResourceId, RESOURCES};
@@ -31,7 +32,10 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
 const MAX_BATCH: usize = 256;
 
 struct Filter {
+    /// Storage resource (events.k8s.io Events are stored as core Events).
     res: ResourceId,
+    /// Resource as addressed by the client.
+    api: ResourceId,
     namespace: Option<String>,
     labels: LabelSelector,
     fields: FieldSelector,
@@ -39,6 +43,13 @@ struct Filter {
 
 impl Filter {
     fn matches(&self, obj: &Value) -> bool {
+        if self.api != self.res {
+            return self.matches_api(&convert::from_storage(self.api, obj));
+        }
+        self.matches_api(obj)
+    }
+
+    fn matches_api(&self, obj: &Value) -> bool {
         self.namespace
             .as_deref()
             .is_none_or(|ns| objects::namespace(obj) == ns)
@@ -66,13 +77,15 @@ impl Filter {
 }
 
 struct Encoder {
+    /// Resource as addressed by the client (objects are converted to it).
     res: ResourceId,
     format: Format,
+    convert: bool,
 }
 
 impl Encoder {
     fn event(&self, kind: EventType, e: &Event, out: &mut Vec<u8>) {
-        if self.format == Format::Object && kind == e.kind {
+        if self.format == Format::Object && kind == e.kind && !self.convert {
             out.extend_from_slice(e.line());
         } else {
             self.object(kind.as_str(), &e.object, out);
@@ -80,6 +93,13 @@ impl Encoder {
     }
 
     fn object(&self, kind: &str, obj: &Value, out: &mut Vec<u8>) {
+        let converted;
+        let obj = if self.convert {
+            converted = convert::from_storage(self.res, obj);
+            &converted
+        } else {
+            obj
+        };
         match self.format {
             Format::Object => out.extend_from_slice(&store::watch_line(kind, obj)),
             Format::Table => {
@@ -172,13 +192,19 @@ fn start(
         }
     }
 
+    let stored = convert::storage(r.res);
     let filter = Filter {
-        res: r.res,
+        res: stored,
+        api: r.res,
         namespace: r.namespace.clone(),
         labels,
         fields,
     };
-    let encoder = Encoder { res: r.res, format };
+    let encoder = Encoder {
+        res: r.res,
+        format,
+        convert: stored != r.res,
+    };
     let store = &server.registry.store;
     let (tx, rx) = mpsc::channel::<Bytes>(64);
 
@@ -186,13 +212,13 @@ fn start(
     // a streaming list, or when watching from "now" ("" or "0").
     let from_now = send_initial == Some(true) || rv.is_empty() || rv == "0";
     let (initial, sub, initial_end) = if from_now {
-        let (snapshot, sub) = store.watch_now(r.res, r.namespace.as_deref());
+        let (snapshot, sub) = store.watch_now(stored, r.namespace.as_deref());
         (snapshot, sub, send_initial == Some(true))
     } else {
         let rv: u64 = rv
             .parse()
             .map_err(|_| ApiError::BadRequest(format!("invalid resource version {rv:?}")))?;
-        match store.watch_from(r.res, rv) {
+        match store.watch_from(stored, rv) {
             Ok(sub) => (Vec::new(), sub, false),
             Err(old) => {
                 // The real server answers 200 and sends the 410 inside the stream.
