@@ -7,8 +7,10 @@
 //! - [`quantity`], [`text`]: small helpers.
 
 pub mod cli;
+pub mod lifecycle;
 pub mod provisioner;
 pub mod quantity;
+pub mod registry;
 pub mod runtime;
 pub mod text;
 pub mod wasm_provisioner;

@@ -4,8 +4,42 @@
 //! storage of a released one, and a failed provision says what the backend may
 //! still be doing ([`ProvisionState`]).
 
-use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim};
+use std::future::Future;
+
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
+
+/// The storage backends the lifecycle drives, each named by a plugin.
+///
+/// `plugin` is the StorageClass's `plugin` parameter when provisioning, and the
+/// plugin recorded on the PersistentVolume when deleting, so a volume is
+/// deleted by the backend that made it even after its class changed.
+pub trait Provisioner: Send + Sync + 'static {
+    /// What `plugin` supports, or why it cannot be used (say where plugins are
+    /// looked for, so the message in the claim's events is actionable).
+    fn plugin(&self, plugin: &str) -> Result<PluginInfo, String>;
+
+    /// Creates the storage for a claim and returns its PersistentVolume.
+    fn provision(
+        &self,
+        plugin: &str,
+        opts: &ProvisionOptions,
+    ) -> impl Future<Output = Result<PersistentVolume, ProvisionError>> + Send;
+
+    /// Removes the storage of a released PersistentVolume.
+    fn delete(
+        &self,
+        plugin: &str,
+        pv: &PersistentVolume,
+    ) -> impl Future<Output = Result<(), DeleteError>> + Send;
+}
+
+/// What the lifecycle needs to know about a plugin before calling it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginInfo {
+    /// Whether it provisions `volumeMode: Block` claims.
+    pub block_volumes: bool,
+}
 
 /// The StorageClass parameter that names the plugin; the host consumes it and
 /// passes the other parameters to the plugin.

@@ -1,7 +1,9 @@
 //! Command-line interface: argument parsing and the commands' glue. Each
 //! command lives in its own module.
 
+mod dev;
 mod plugin;
+mod run;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -21,6 +23,11 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run the provisioner host against a cluster (in a pod, or with a kubeconfig).
+    Run(run::RunArgs),
+    /// Try wasmprov with no cluster: a simulated API server, the host and the
+    /// hostpath plugin, with sample classes and claims.
+    Dev(dev::DevArgs),
     /// Work with a plugin component locally, without a cluster.
     #[command(subcommand)]
     Plugin(plugin::PluginCommand),
@@ -62,6 +69,14 @@ pub struct RuntimeArgs {
     pub no_cache: bool,
 }
 
+/// `$XDG_CACHE_HOME/wasmprov/compiled`, else `~/.cache/wasmprov/compiled`.
+pub fn default_cache_dir() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("wasmprov").join("compiled"))
+}
+
 /// Sets up `tracing` on stderr (stdout is reserved for command output).
 pub fn init_logging(args: &LogArgs) {
     use tracing_subscriber::EnvFilter;
@@ -85,6 +100,8 @@ pub fn init_logging(args: &LogArgs) {
 /// Runs a parsed command line.
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
+        Command::Run(args) => run::run(args).await.map(|()| ExitCode::SUCCESS),
+        Command::Dev(args) => dev::run(args).await,
         Command::Plugin(cmd) => plugin::run(cmd).await,
     }
 }

@@ -117,19 +117,12 @@ fn runtime(args: &RuntimeArgs) -> anyhow::Result<Runtime> {
     let cache_dir = if args.no_cache {
         None
     } else {
-        args.cache_dir.clone().or_else(default_cache_dir)
+        args.cache_dir.clone().or_else(super::default_cache_dir)
     };
     Ok(Runtime::new(RuntimeConfig {
         cache_dir,
         ..RuntimeConfig::default()
     })?)
-}
-
-fn default_cache_dir() -> Option<PathBuf> {
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
-    Some(base.join("wasmprov").join("compiled"))
 }
 
 async fn load(args: &PluginFile) -> anyhow::Result<Loaded> {

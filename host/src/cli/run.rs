@@ -1,0 +1,146 @@
+//! `wasmprov run`: the provisioner host against a real cluster.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::Args;
+
+use super::RuntimeArgs;
+use crate::lifecycle::{self, Names};
+use crate::registry::PluginRegistry;
+use crate::runtime::{PolicySet, Runtime, RuntimeConfig};
+
+#[derive(Debug, Clone, Args)]
+pub struct LifecycleArgs {
+    /// The provisioner name StorageClasses use to select this host.
+    #[arg(
+        long,
+        default_value = "wasmprov.io/host",
+        env = "WASMPROV_PROVISIONER_NAME"
+    )]
+    pub provisioner_name: String,
+    /// More names this host answers to (comma-separated), e.g. to take over
+    /// the classes of a provisioner it replaces.
+    #[arg(long, value_delimiter = ',', env = "WASMPROV_EXTRA_PROVISIONER_NAMES")]
+    pub extra_provisioner_names: Vec<String>,
+    /// Claims and volumes processed at once.
+    #[arg(long, default_value_t = 4, env = "WASMPROV_WORKERS")]
+    pub workers: u16,
+    /// Add the `external-provisioner.volume.kubernetes.io/finalizer` finalizer
+    /// to provisioned volumes, so deleting a volume object also deletes its storage.
+    #[arg(long, env = "WASMPROV_ADD_FINALIZER")]
+    pub add_finalizer: bool,
+    /// Failed provisions of one claim before giving up (0: never).
+    #[arg(
+        long,
+        default_value_t = 15,
+        env = "WASMPROV_FAILED_PROVISION_THRESHOLD"
+    )]
+    pub failed_provision_threshold: u32,
+    /// Failed deletes of one volume before giving up (0: never).
+    #[arg(long, default_value_t = 15, env = "WASMPROV_FAILED_DELETE_THRESHOLD")]
+    pub failed_delete_threshold: u32,
+}
+
+impl LifecycleArgs {
+    pub fn config(&self) -> lifecycle::Config {
+        let mut config = lifecycle::Config::new(self.provisioner_name.clone());
+        config.names = Names {
+            primary: self.provisioner_name.clone(),
+            additional: self.extra_provisioner_names.clone(),
+        };
+        config.workers = self.workers.max(1);
+        config.add_finalizer = self.add_finalizer;
+        config.failed_provision_threshold = self.failed_provision_threshold;
+        config.failed_delete_threshold = self.failed_delete_threshold;
+        config
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Directory of plugins: each `<name>.wasm` serves the classes whose
+    /// `parameters.plugin` is `<name>`.
+    #[arg(long, value_name = "DIR", env = "WASMPROV_PLUGINS_DIR")]
+    pub plugins_dir: PathBuf,
+    /// Kubeconfig file; without it the in-cluster config (or $KUBECONFIG,
+    /// ~/.kube/config) is used.
+    #[arg(long, value_name = "FILE", env = "WASMPROV_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    pub lifecycle: LifecycleArgs,
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
+}
+
+pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let client = match &args.kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
+            let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                .await
+                .with_context(|| format!("kubeconfig {} is not usable", path.display()))?;
+            kube::Client::try_from(config)?
+        }
+        None => kube::Client::try_default().await.context(
+            "no cluster configuration found: run in a pod, set $KUBECONFIG, or pass --kubeconfig",
+        )?,
+    };
+    let registry = load_plugins(&args.plugins_dir, &args.runtime).await?;
+    lifecycle::run(
+        client,
+        Arc::new(registry),
+        args.lifecycle.config(),
+        shutdown_signal(),
+    )
+    .await;
+    Ok(())
+}
+
+/// Loads the plugins directory with the sandbox policy.
+pub async fn load_plugins(
+    dir: &std::path::Path,
+    args: &RuntimeArgs,
+) -> anyhow::Result<PluginRegistry> {
+    let policies = match &args.policy {
+        Some(path) => PolicySet::load(path)?,
+        None => PolicySet::default(),
+    };
+    let cache_dir = if args.no_cache {
+        None
+    } else {
+        args.cache_dir.clone().or_else(super::default_cache_dir)
+    };
+    let runtime = Runtime::new(RuntimeConfig {
+        cache_dir,
+        ..RuntimeConfig::default()
+    })?;
+    PluginRegistry::load_dir(Arc::new(runtime), dir, &policies)
+        .await
+        .with_context(|| format!("cannot read the plugins directory {}", dir.display()))
+}
+
+/// Completes on Ctrl-C or SIGTERM (what Kubernetes sends to stop a pod).
+pub async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {},
+            _ = term.recv() => {},
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+    tracing::info!("shutting down");
+}

@@ -1,0 +1,299 @@
+//! Provisioning one claim: decide, call the backend, save the volume (with
+//! retries, cleaning the backend up if it cannot be saved), report.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use backon::{ExponentialBuilder, Retryable};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, Resource, ResourceExt};
+
+use super::decide::{self, keys, ClaimDecision};
+use super::events::{self, *};
+use super::{retry_after, Context, Error};
+use crate::provisioner::{ProvisionOptions, ProvisionState, Provisioner};
+
+/// How long to wait before looking again at a claim whose class is missing or
+/// that cannot be provisioned as it is.
+const WAIT_FOR_CLASS: Duration = Duration::from_secs(10);
+const SLOW_RETRY: Duration = Duration::from_secs(300);
+
+pub(super) async fn reconcile<P: Provisioner>(
+    claim: Arc<PersistentVolumeClaim>,
+    ctx: Arc<Context<P>>,
+) -> Result<Action, Error> {
+    let class_name = claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.storage_class_name.clone())
+        .unwrap_or_default();
+    let class = ctx.classes.get(&ObjectRef::new(&class_name));
+    let decision = decide::claim(&claim, class.as_deref(), &ctx.config.names, |p| {
+        ctx.provisioner.plugin(p)
+    });
+    let reference = claim.object_ref(&());
+    match decision {
+        ClaimDecision::Ignore | ClaimDecision::WaitForNode => Ok(Action::await_change()),
+        ClaimDecision::WaitForClass(name) => {
+            tracing::info!(claim = %key(&claim), class = %name, "waiting for the claim's StorageClass to exist");
+            Ok(Action::requeue(WAIT_FOR_CLASS))
+        }
+        ClaimDecision::Refuse(message) => {
+            ctx.events
+                .warning(&reference, PROVISIONING_FAILED, "Provisioning", message)
+                .await;
+            Ok(Action::requeue(SLOW_RETRY))
+        }
+        ClaimDecision::Provision { plugin } => {
+            let class = class.ok_or_else(|| Error::Provision("class vanished".into()))?;
+            provision(&claim, (*class).clone(), &plugin, &ctx).await
+        }
+    }
+}
+
+pub(super) fn error_policy<P: Provisioner>(
+    claim: Arc<PersistentVolumeClaim>,
+    error: &Error,
+    ctx: Arc<Context<P>>,
+) -> Action {
+    let n = ctx.fail(&claim.uid().unwrap_or_default());
+    tracing::warn!(claim = %key(&claim), failures = n, error = %error, "provisioning failed; retrying");
+    Action::requeue(ctx.backoff(n))
+}
+
+fn key(claim: &PersistentVolumeClaim) -> String {
+    format!(
+        "{}/{}",
+        claim.namespace().unwrap_or_default(),
+        claim.name_any()
+    )
+}
+
+async fn provision<P: Provisioner>(
+    claim: &PersistentVolumeClaim,
+    class: k8s_openapi::api::storage::v1::StorageClass,
+    plugin: &str,
+    ctx: &Context<P>,
+) -> Result<Action, Error> {
+    let reference = claim.object_ref(&());
+    let uid = claim.uid().unwrap_or_default();
+    let Some(pv_name) = ProvisionOptions::pv_name_for(claim) else {
+        return Ok(Action::await_change());
+    };
+    let volumes: Api<PersistentVolume> = Api::all(ctx.client.clone());
+
+    // A restart or a lost answer: the volume may already exist.
+    if let Some(existing) = volumes.get_opt(&pv_name).await? {
+        if claim_uid(&existing).as_deref() == Some(uid.as_str()) {
+            ctx.succeed(&uid);
+            return Ok(Action::await_change());
+        }
+    }
+
+    let threshold = ctx.config.failed_provision_threshold;
+    if threshold > 0 && ctx.failures(&uid) >= threshold {
+        tracing::warn!(claim = %key(claim), "giving up after {threshold} failed provisions");
+        return Ok(Action::await_change());
+    }
+
+    let selected_node = match claim
+        .annotations()
+        .get(keys::SELECTED_NODE)
+        .filter(|n| !n.is_empty())
+    {
+        Some(node) => match Api::<Node>::all(ctx.client.clone()).get_opt(node).await? {
+            Some(n) => Some(n),
+            None => {
+                let message = format!(
+                    "the selected node {node} does not exist; asking the scheduler for another one"
+                );
+                ctx.events
+                    .warning(&reference, PROVISIONING_FAILED, "Provisioning", message)
+                    .await;
+                unselect_node(claim, ctx).await?;
+                return Ok(Action::await_change());
+            }
+        },
+        None => None,
+    };
+
+    ctx.events
+        .normal(
+            &reference,
+            PROVISIONING,
+            "Provisioning",
+            format!(
+                "External provisioner is provisioning volume for claim \"{}\"",
+                key(claim)
+            ),
+        )
+        .await;
+    let opts = ProvisionOptions {
+        pv_name: pv_name.clone(),
+        claim: claim.clone(),
+        class,
+        selected_node,
+    };
+    let mut pv = match ctx.provisioner.provision(plugin, &opts).await {
+        Ok(pv) => pv,
+        Err(e) => return provision_failed(claim, e, ctx).await,
+    };
+    if ctx.config.add_finalizer {
+        pv.metadata
+            .finalizers
+            .get_or_insert_with(Vec::new)
+            .push(keys::PV_FINALIZER.to_owned());
+    }
+
+    match save(&volumes, &pv, &uid, ctx.config.save_attempts).await {
+        Ok(()) => {
+            ctx.succeed(&uid);
+            ctx.events
+                .normal(
+                    &reference,
+                    PROVISIONING_SUCCEEDED,
+                    "Provisioning",
+                    format!("Successfully provisioned volume {pv_name}"),
+                )
+                .await;
+            tracing::info!(claim = %key(claim), volume = %pv_name, plugin, "provisioned");
+            Ok(Action::await_change())
+        }
+        Err(save_error) => {
+            // The backend made storage nobody will ever find: remove it.
+            if let Err(e) = ctx.provisioner.delete(plugin, &pv).await {
+                ctx.events
+                    .warning(
+                        &reference,
+                        PROVISIONING_CLEANUP_FAILED,
+                        "Provisioning",
+                        format!("Volume {pv_name} could not be saved and deleting its storage failed too; it may have leaked: {e}"),
+                    )
+                    .await;
+            }
+            let message = format!("failed to save PersistentVolume {pv_name}: {save_error}");
+            ctx.events
+                .warning(
+                    &reference,
+                    PROVISIONING_FAILED,
+                    "Provisioning",
+                    message.clone(),
+                )
+                .await;
+            Err(Error::Provision(message))
+        }
+    }
+}
+
+async fn provision_failed<P: Provisioner>(
+    claim: &PersistentVolumeClaim,
+    e: crate::provisioner::ProvisionError,
+    ctx: &Context<P>,
+) -> Result<Action, Error> {
+    let reference = claim.object_ref(&());
+    let uid = claim.uid().unwrap_or_default();
+    let message = format!(
+        "failed to provision volume with StorageClass {:?}: {}",
+        claim
+            .spec
+            .as_ref()
+            .and_then(|s| s.storage_class_name.as_deref())
+            .unwrap_or_default(),
+        e.message
+    );
+    match e.state {
+        ProvisionState::NoChange => {
+            let n = ctx.fail(&uid);
+            Ok(retry_after(ctx.backoff(n)))
+        }
+        ProvisionState::Reschedule => {
+            ctx.events
+                .warning(&reference, PROVISIONING_FAILED, "Provisioning", message)
+                .await;
+            unselect_node(claim, ctx).await?;
+            Ok(Action::await_change())
+        }
+        ProvisionState::InvalidArgument => {
+            ctx.events
+                .warning(&reference, PROVISIONING_FAILED, "Provisioning", message)
+                .await;
+            Ok(retry_after(SLOW_RETRY))
+        }
+        ProvisionState::Failed | ProvisionState::InBackground => {
+            ctx.events
+                .warning(
+                    &reference,
+                    events::PROVISIONING_FAILED,
+                    "Provisioning",
+                    message,
+                )
+                .await;
+            let n = ctx.fail(&uid);
+            Ok(retry_after(ctx.backoff(n)))
+        }
+    }
+}
+
+/// Asks the scheduler for another node (the `reschedule` state).
+async fn unselect_node<P>(claim: &PersistentVolumeClaim, ctx: &Context<P>) -> Result<(), Error> {
+    let claims: Api<PersistentVolumeClaim> =
+        Api::namespaced(ctx.client.clone(), &claim.namespace().unwrap_or_default());
+    let patch = serde_json::json!({"metadata": {"annotations": {keys::SELECTED_NODE: null}}});
+    claims
+        .patch(
+            &claim.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    Ok(())
+}
+
+fn claim_uid(pv: &PersistentVolume) -> Option<String> {
+    pv.spec.as_ref()?.claim_ref.as_ref()?.uid.clone()
+}
+
+/// Creates the volume, retrying transient API errors. AlreadyExists is
+/// success when the existing volume is this claim's (a previous attempt
+/// whose answer was lost).
+async fn save(
+    volumes: &Api<PersistentVolume>,
+    pv: &PersistentVolume,
+    claim_uid_want: &str,
+    attempts: usize,
+) -> Result<(), kube::Error> {
+    let create = || async {
+        match volumes.create(&PostParams::default(), pv).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                match volumes.get_opt(&pv.name_any()).await? {
+                    Some(existing) if claim_uid(&existing).as_deref() == Some(claim_uid_want) => {
+                        Ok(())
+                    }
+                    _ => Err(kube::Error::Api(s)),
+                }
+            }
+            Err(e) => Err(e),
+        }
+    };
+    create
+        .retry(
+            ExponentialBuilder::default()
+                .with_min_delay(Duration::from_millis(100))
+                .with_max_delay(Duration::from_secs(5))
+                .with_max_times(attempts.saturating_sub(1)),
+        )
+        .when(is_transient)
+        .await
+}
+
+fn is_transient(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => s.code == 429 || s.code >= 500,
+        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+        _ => false,
+    }
+}

@@ -1,0 +1,358 @@
+//! The lifecycle's decisions as pure functions of an object and a snapshot of
+//! what they depend on, so every rule is tested by table (the Go library's
+//! `shouldProvision` and `shouldDelete`).
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::StorageClass;
+
+use crate::provisioner::{annotations, PluginInfo, PLUGIN_PARAMETER};
+
+/// Annotations the Kubernetes PV controller and scheduler set on claims.
+pub mod keys {
+    pub const STORAGE_PROVISIONER: &str = "volume.kubernetes.io/storage-provisioner";
+    pub const STORAGE_PROVISIONER_BETA: &str = "volume.beta.kubernetes.io/storage-provisioner";
+    pub const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
+    /// The finalizer the Go library adds to provisioned volumes (`AddFinalizer`).
+    pub const PV_FINALIZER: &str = "external-provisioner.volume.kubernetes.io/finalizer";
+}
+
+/// The provisioner names this host answers to.
+#[derive(Debug, Clone)]
+pub struct Names {
+    pub primary: String,
+    pub additional: Vec<String>,
+}
+
+impl Names {
+    pub fn contains(&self, name: &str) -> bool {
+        self.primary == name || self.additional.iter().any(|n| n == name)
+    }
+}
+
+/// What to do with a claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimDecision {
+    /// Not ours, already bound, or being deleted: nothing to do.
+    Ignore,
+    /// The claim's class does not exist (yet): retry later.
+    WaitForClass(String),
+    /// WaitForFirstConsumer: wait for the scheduler to pick a node.
+    WaitForNode,
+    /// Ours, but it cannot be provisioned as it is: report and retry slowly.
+    Refuse(String),
+    /// Provision it with this plugin.
+    Provision { plugin: String },
+}
+
+/// Decides what to do with a claim. `class` is the claim's StorageClass if it
+/// exists; `plugin` looks up a plugin by name.
+pub fn claim(
+    claim: &PersistentVolumeClaim,
+    class: Option<&StorageClass>,
+    names: &Names,
+    plugin: impl Fn(&str) -> Result<PluginInfo, String>,
+) -> ClaimDecision {
+    let spec = claim.spec.as_ref();
+    if spec
+        .and_then(|s| s.volume_name.as_deref())
+        .is_some_and(|v| !v.is_empty())
+    {
+        return ClaimDecision::Ignore;
+    }
+    if claim.metadata.deletion_timestamp.is_some() {
+        return ClaimDecision::Ignore;
+    }
+    let annotations = claim.metadata.annotations.as_ref();
+    let provisioner = annotations.and_then(|a| {
+        a.get(keys::STORAGE_PROVISIONER)
+            .or_else(|| a.get(keys::STORAGE_PROVISIONER_BETA))
+    });
+    if !provisioner.is_some_and(|p| names.contains(p)) {
+        return ClaimDecision::Ignore;
+    }
+    let class_name = spec
+        .and_then(|s| s.storage_class_name.clone())
+        .unwrap_or_default();
+    let Some(class) = class else {
+        return ClaimDecision::WaitForClass(class_name);
+    };
+    let Some(plugin_name) = class
+        .parameters
+        .as_ref()
+        .and_then(|p| p.get(PLUGIN_PARAMETER))
+        .filter(|p| !p.is_empty())
+    else {
+        return ClaimDecision::Refuse(format!(
+            "StorageClass {class_name} has no \"{PLUGIN_PARAMETER}\" parameter; set parameters.{PLUGIN_PARAMETER} to the plugin that serves it"
+        ));
+    };
+    let info = match plugin(plugin_name) {
+        Ok(info) => info,
+        Err(message) => return ClaimDecision::Refuse(message),
+    };
+    if spec.and_then(|s| s.volume_mode.as_deref()) == Some("Block") && !info.block_volumes {
+        return ClaimDecision::Refuse(format!(
+            "plugin {plugin_name} (StorageClass {class_name}) does not support volumeMode Block; use volumeMode Filesystem or a class whose plugin supports block volumes"
+        ));
+    }
+    if class.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer")
+        && !annotations.is_some_and(|a| a.contains_key(keys::SELECTED_NODE))
+    {
+        return ClaimDecision::WaitForNode;
+    }
+    ClaimDecision::Provision {
+        plugin: plugin_name.clone(),
+    }
+}
+
+/// What to do with a PersistentVolume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VolumeDecision {
+    Ignore,
+    /// Delete its storage with this plugin, then the volume itself.
+    Delete {
+        plugin: String,
+    },
+}
+
+/// Decides whether a volume's storage must be deleted: one we provisioned,
+/// with reclaim policy Delete, once it is Released (or deleted while it
+/// carries our finalizer).
+pub fn volume(pv: &PersistentVolume, names: &Names) -> VolumeDecision {
+    let ann = pv.metadata.annotations.as_ref();
+    let ours = ann
+        .and_then(|a| a.get(annotations::PROVISIONED_BY))
+        .is_some_and(|p| names.contains(p));
+    let Some(plugin) = ann.and_then(|a| a.get(annotations::PLUGIN)) else {
+        return VolumeDecision::Ignore;
+    };
+    let spec = pv.spec.as_ref();
+    let reclaim_delete =
+        spec.and_then(|s| s.persistent_volume_reclaim_policy.as_deref()) == Some("Delete");
+    if !ours || !reclaim_delete {
+        return VolumeDecision::Ignore;
+    }
+    let released = pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Released");
+    let deleted_with_finalizer = pv.metadata.deletion_timestamp.is_some()
+        && pv
+            .metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == keys::PV_FINALIZER);
+    if released || deleted_with_finalizer {
+        VolumeDecision::Delete {
+            plugin: plugin.clone(),
+        }
+    } else {
+        VolumeDecision::Ignore
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn names() -> Names {
+        Names {
+            primary: "wasmprov.io/host".into(),
+            additional: vec!["example.com/legacy".into()],
+        }
+    }
+
+    fn known(plugin: &str) -> Result<PluginInfo, String> {
+        match plugin {
+            "hostpath" => Ok(PluginInfo {
+                block_volumes: false,
+            }),
+            "blocky" => Ok(PluginInfo {
+                block_volumes: true,
+            }),
+            other => Err(format!("no plugin {other}")),
+        }
+    }
+
+    fn pvc(patch: serde_json::Value) -> PersistentVolumeClaim {
+        let mut base = json!({
+            "metadata": {"name": "data", "namespace": "default", "uid": "u1",
+                "annotations": {"volume.kubernetes.io/storage-provisioner": "wasmprov.io/host"}},
+            "spec": {"storageClassName": "fast", "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "1Gi"}}},
+        });
+        merge(&mut base, patch);
+        serde_json::from_value(base).unwrap()
+    }
+
+    fn sc(patch: serde_json::Value) -> StorageClass {
+        let mut base = json!({
+            "metadata": {"name": "fast"}, "provisioner": "wasmprov.io/host",
+            "parameters": {"plugin": "hostpath"},
+        });
+        merge(&mut base, patch);
+        serde_json::from_value(base).unwrap()
+    }
+
+    /// JSON merge patch: objects merge, `null` removes a key.
+    fn merge(base: &mut serde_json::Value, patch: serde_json::Value) {
+        match (base, patch) {
+            (serde_json::Value::Object(b), serde_json::Value::Object(p)) => {
+                for (k, v) in p {
+                    if v.is_null() {
+                        b.remove(&k);
+                    } else {
+                        merge(b.entry(k).or_insert(serde_json::Value::Null), v);
+                    }
+                }
+            }
+            (b, p) => *b = p,
+        }
+    }
+
+    #[test]
+    fn claims_are_provisioned_only_when_every_rule_allows_it() {
+        use ClaimDecision::*;
+        let hostpath = || Provision {
+            plugin: "hostpath".into(),
+        };
+        let cases: Vec<(&str, PersistentVolumeClaim, Option<StorageClass>, ClaimDecision)> = vec![
+            ("provision a pending claim of our class", pvc(json!({})), Some(sc(json!({}))), hostpath()),
+            (
+                "the beta annotation counts too",
+                pvc(json!({"metadata": {"annotations": {"volume.kubernetes.io/storage-provisioner": null, "volume.beta.kubernetes.io/storage-provisioner": "wasmprov.io/host"}}})),
+                Some(sc(json!({}))),
+                hostpath(),
+            ),
+            (
+                "an additional provisioner name counts",
+                pvc(json!({"metadata": {"annotations": {"volume.kubernetes.io/storage-provisioner": "example.com/legacy"}}})),
+                Some(sc(json!({}))),
+                hostpath(),
+            ),
+            (
+                "ignore another provisioner's claim",
+                pvc(json!({"metadata": {"annotations": {"volume.kubernetes.io/storage-provisioner": "ebs.csi.aws.com"}}})),
+                Some(sc(json!({}))),
+                Ignore,
+            ),
+            (
+                "ignore a claim no provisioner was assigned to",
+                pvc(json!({"metadata": {"annotations": null}})),
+                Some(sc(json!({}))),
+                Ignore,
+            ),
+            (
+                "ignore an already bound claim",
+                pvc(json!({"spec": {"volumeName": "pv-1"}})),
+                Some(sc(json!({}))),
+                Ignore,
+            ),
+            (
+                "ignore a claim being deleted",
+                pvc(json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}})),
+                Some(sc(json!({}))),
+                Ignore,
+            ),
+            ("wait for a missing class", pvc(json!({})), None, WaitForClass("fast".into())),
+            (
+                "refuse a class without a plugin parameter",
+                pvc(json!({})),
+                Some(sc(json!({"parameters": null}))),
+                Refuse("StorageClass fast has no \"plugin\" parameter; set parameters.plugin to the plugin that serves it".into()),
+            ),
+            (
+                "refuse a class naming an unknown plugin",
+                pvc(json!({})),
+                Some(sc(json!({"parameters": {"plugin": "nope"}}))),
+                Refuse("no plugin nope".into()),
+            ),
+            (
+                "refuse block mode when the plugin cannot do it",
+                pvc(json!({"spec": {"volumeMode": "Block"}})),
+                Some(sc(json!({}))),
+                Refuse("plugin hostpath (StorageClass fast) does not support volumeMode Block; use volumeMode Filesystem or a class whose plugin supports block volumes".into()),
+            ),
+            (
+                "block mode with a plugin that supports it",
+                pvc(json!({"spec": {"volumeMode": "Block"}})),
+                Some(sc(json!({"parameters": {"plugin": "blocky"}}))),
+                Provision { plugin: "blocky".into() },
+            ),
+            (
+                "wait for the scheduler on WaitForFirstConsumer",
+                pvc(json!({})),
+                Some(sc(json!({"volumeBindingMode": "WaitForFirstConsumer"}))),
+                WaitForNode,
+            ),
+            (
+                "provision WaitForFirstConsumer once a node is selected",
+                pvc(json!({"metadata": {"annotations": {"volume.kubernetes.io/selected-node": "n1"}}})),
+                Some(sc(json!({"volumeBindingMode": "WaitForFirstConsumer"}))),
+                hostpath(),
+            ),
+        ];
+        for (case, claim_obj, class, want) in cases {
+            assert_eq!(
+                claim(&claim_obj, class.as_ref(), &names(), known),
+                want,
+                "{case}"
+            );
+        }
+    }
+
+    fn pv(patch: serde_json::Value) -> PersistentVolume {
+        let mut base = json!({
+            "metadata": {"name": "pvc-u1", "annotations": {
+                "pv.kubernetes.io/provisioned-by": "wasmprov.io/host",
+                "wasmprov.io/plugin": "hostpath"}},
+            "spec": {"persistentVolumeReclaimPolicy": "Delete"},
+            "status": {"phase": "Released"},
+        });
+        merge(&mut base, patch);
+        serde_json::from_value(base).unwrap()
+    }
+
+    #[test]
+    fn volumes_are_deleted_only_when_released_ours_and_reclaim_delete() {
+        use VolumeDecision::*;
+        let del = || Delete {
+            plugin: "hostpath".into(),
+        };
+        let cases = vec![
+            ("delete a released volume we made", pv(json!({})), del()),
+            (
+                "keep a bound volume",
+                pv(json!({"status": {"phase": "Bound"}})),
+                Ignore,
+            ),
+            (
+                "never delete a Retain volume",
+                pv(json!({"spec": {"persistentVolumeReclaimPolicy": "Retain"}})),
+                Ignore,
+            ),
+            (
+                "ignore another provisioner's volume",
+                pv(
+                    json!({"metadata": {"annotations": {"pv.kubernetes.io/provisioned-by": "other"}}}),
+                ),
+                Ignore,
+            ),
+            (
+                "ignore a volume without a recorded plugin",
+                pv(json!({"metadata": {"annotations": {"wasmprov.io/plugin": null}}})),
+                Ignore,
+            ),
+            (
+                "delete a volume deleted while it carries our finalizer",
+                pv(
+                    json!({"status": {"phase": "Bound"}, "metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z",
+                    "finalizers": ["external-provisioner.volume.kubernetes.io/finalizer"]}}),
+                ),
+                del(),
+            ),
+        ];
+        for (case, pv_obj, want) in cases {
+            assert_eq!(volume(&pv_obj, &names()), want, "{case}");
+        }
+    }
+}

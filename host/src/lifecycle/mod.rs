@@ -1,0 +1,210 @@
+//! The provisioning lifecycle: what `sig-storage-lib-external-provisioner`
+//! does for Go drivers, for every StorageClass that names this host. It
+//! watches claims and volumes, decides ([`decide`]), calls the
+//! [`Provisioner`] (it knows nothing of Wasm), saves PersistentVolumes, and
+//! reclaims released ones.
+//!
+//! Each claim and each volume is reconciled by one worker at a time (kube-runtime
+//! `Controller`); failures are retried with per-object exponential backoff.
+
+mod claims;
+pub mod decide;
+mod events;
+mod volumes;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Api, Client};
+
+use crate::provisioner::Provisioner;
+pub use decide::Names;
+use events::Events;
+
+/// How the lifecycle behaves; the defaults follow the Go library.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub names: Names,
+    /// Claims (and volumes) reconciled at once (the Go library's `Threadiness`).
+    pub workers: u16,
+    /// Add `external-provisioner.volume.kubernetes.io/finalizer` to volumes.
+    pub add_finalizer: bool,
+    /// Give up on a claim after this many failed provisions (0: never).
+    pub failed_provision_threshold: u32,
+    /// Give up on a volume after this many failed deletes (0: never).
+    pub failed_delete_threshold: u32,
+    /// First retry delay after a failure; doubles per failure up to `max_retry`.
+    pub retry_base: Duration,
+    pub max_retry: Duration,
+    /// Attempts to save a provisioned PersistentVolume before cleaning up.
+    pub save_attempts: usize,
+    /// Reported as the source of events (`reportingController`).
+    pub controller_name: String,
+}
+
+impl Config {
+    pub fn new(provisioner_name: impl Into<String>) -> Self {
+        Self {
+            names: Names {
+                primary: provisioner_name.into(),
+                additional: Vec::new(),
+            },
+            workers: 4,
+            add_finalizer: false,
+            failed_provision_threshold: 15,
+            failed_delete_threshold: 15,
+            retry_base: Duration::from_secs(1),
+            max_retry: Duration::from_secs(300),
+            save_attempts: 5,
+            controller_name: "wasmprov".to_owned(),
+        }
+    }
+}
+
+/// Why one reconcile failed; retried with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API error: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("{0}")]
+    Provision(String),
+    #[error("{0}")]
+    Delete(String),
+}
+
+/// Shared state of the reconcilers.
+struct Context<P> {
+    client: Client,
+    provisioner: Arc<P>,
+    config: Config,
+    classes: Store<StorageClass>,
+    events: Events,
+    /// Failures per object uid, for backoff and thresholds.
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl<P> Context<P> {
+    /// Records a failure of `uid` and returns how many there have been.
+    fn fail(&self, uid: &str) -> u32 {
+        let mut f = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        let n = f.entry(uid.to_owned()).or_insert(0);
+        *n += 1;
+        *n
+    }
+
+    fn succeed(&self, uid: &str) {
+        self.failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(uid);
+    }
+
+    fn failures(&self, uid: &str) -> u32 {
+        self.failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(uid)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Exponential backoff after `n` failures.
+    fn backoff(&self, n: u32) -> Duration {
+        let factor = 2u32.saturating_pow(n.saturating_sub(1).min(20));
+        self.config
+            .retry_base
+            .saturating_mul(factor)
+            .min(self.config.max_retry)
+    }
+}
+
+/// Runs the lifecycle until `shutdown` completes.
+pub async fn run<P: Provisioner>(
+    client: Client,
+    provisioner: Arc<P>,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let (classes, class_writer) = reflector::store();
+    let class_stream = reflector::reflector(
+        class_writer,
+        watcher(
+            Api::<StorageClass>::all(client.clone()),
+            watcher::Config::default(),
+        ),
+    )
+    .default_backoff()
+    .touched_objects()
+    .for_each(|_| async {});
+    let class_task = tokio::spawn(class_stream);
+    // Decisions need the classes: do not start before they are known.
+    if classes.wait_until_ready().await.is_err() {
+        tracing::error!("the StorageClass watch stopped before it was ready");
+        return;
+    }
+
+    let reporter = Reporter {
+        controller: config.controller_name.clone(),
+        instance: std::env::var("POD_NAME").ok(),
+    };
+    let ctx = Arc::new(Context {
+        events: Events::new(Recorder::new(client.clone(), reporter)),
+        client: client.clone(),
+        provisioner,
+        classes,
+        failures: Mutex::default(),
+        config: config.clone(),
+    });
+    let controller_config = ControllerConfig::default().concurrency(config.workers);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+
+    let claims = Controller::new(
+        Api::<PersistentVolumeClaim>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .with_config(controller_config.clone())
+    .graceful_shutdown_on(stopped(stop_rx.clone()))
+    .run(claims::reconcile, claims::error_policy, ctx.clone())
+    .for_each(|r| async move {
+        if let Err(e) = r {
+            tracing::debug!(error = %e, "claim reconcile");
+        }
+    });
+    let volumes = Controller::new(
+        Api::<PersistentVolume>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .with_config(controller_config)
+    .graceful_shutdown_on(stopped(stop_rx))
+    .run(volumes::reconcile, volumes::error_policy, ctx)
+    .for_each(|r| async move {
+        if let Err(e) = r {
+            tracing::debug!(error = %e, "volume reconcile");
+        }
+    });
+    let signal = async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    };
+    tracing::info!(provisioner = %config.names.primary, workers = config.workers, "provisioning lifecycle started");
+    tokio::join!(claims, volumes, signal);
+    class_task.abort();
+    tracing::info!("provisioning lifecycle stopped");
+}
+
+/// Requeue after a failure counted by the reconciler itself.
+fn retry_after(d: Duration) -> Action {
+    Action::requeue(d)
+}
