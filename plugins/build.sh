@@ -6,6 +6,23 @@
 #
 # Usage: bash plugins/build.sh [--quiet]
 #
+# Languages, found by what a plugin directory holds:
+#   Cargo.toml (a cdylib) -> Rust (wit-bindgen, target wasm32-wasip2)
+#   *.c                   -> C (wit-bindgen c, clang --target=wasm32-wasi, the
+#                            WASI reactor adapter, wasm-tools component new)
+#   app.js                -> JavaScript (componentize-js, -d http fetch-event)
+#   app.py                -> Python (componentize-py)
+#
+# Toolchains: C needs the apt packages clang lld wasi-libc libclang-rt-dev-wasm32,
+# JavaScript needs node and npm, Python needs python3 with venv (`.ci/run`
+# installs them). Everything else is installed on first use into
+# target/plugin-toolchains/ (componentize-js from npm, componentize-py from
+# PyPI in a venv, wit-bindgen-cli and wasm-tools with `cargo install --root`;
+# the latter take minutes, once) and reused afterwards.
+#
+# C, JavaScript and Python plugins are rebuilt only when their sources, the
+# WIT files or the toolchain version changed (a stamp next to the build).
+#
 # - Rust crates are built with `cargo build --profile plugin --target wasm32-wasip2`
 #   in their own target directory (target/wasm-build), so this never waits on the
 #   lock of the host's own `cargo build`/`cargo test`.
@@ -24,6 +41,11 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 RUST_TARGET=wasm32-wasip2
+TOOLCHAINS="$ROOT/target/plugin-toolchains"
+COMPONENTIZE_JS_VERSION=0.23.0
+COMPONENTIZE_PY_VERSION=0.25.1
+WIT_BINDGEN_VERSION=0.63.0
+WASM_TOOLS_VERSION=1.263.0
 PROFILE=plugin
 WASM_BUILD_DIR="$ROOT/target/wasm-build"
 PLUGINS_OUT="$ROOT/target/plugins"
@@ -34,7 +56,7 @@ for arg in "$@"; do
     case "$arg" in
         -q | --quiet) QUIET=(--quiet) ;;
         -h | --help)
-            sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+            sed -n '2,38p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
             exit 0
             ;;
         *)
@@ -119,6 +141,199 @@ build_rust() {
 }
 
 # ---------------------------------------------------------------------------
+# C, JavaScript and Python: shared helpers.
+# ---------------------------------------------------------------------------
+
+# Plugin directories holding files that match a pattern, e.g. "app.py".
+plugin_dirs_with() {
+    local dir
+    for dir in "$ROOT"/plugins/*/; do
+        dir="${dir%/}"
+        compgen -G "$dir/$1" >/dev/null && printf '%s\n' "$dir"
+    done
+    return 0
+}
+
+# A digest of the given files (sorted by path) plus extra words: the stamp
+# that says whether a build is up to date.
+inputs_digest() {
+    local words="$1"
+    shift
+    {
+        echo "$words"
+        local f
+        for f in $(printf '%s\n' "$@" | LC_ALL=C sort); do
+            echo "$f"
+            cat "$f"
+        done
+    } | sha256sum | cut -d' ' -f1
+}
+
+# up_to_date BUILT STAMP: BUILT exists and was built from inputs with STAMP.
+up_to_date() {
+    [[ -f "$1" && -f "$1.stamp" && "$(cat "$1.stamp")" == "$2" ]]
+}
+
+# Serializes toolchain installs and non-Rust builds between concurrent runs.
+lock_toolchains() {
+    mkdir -p "$TOOLCHAINS"
+    exec 9>"$TOOLCHAINS/.lock"
+    flock 9
+}
+
+need_command() {
+    command -v "$1" >/dev/null 2>&1 || die "$1 not found: $2"
+}
+
+# cargo_tool NAME CRATE VERSION: the path of a cargo-installed tool of that
+# version, installing it into target/plugin-toolchains/cargo if needed.
+cargo_tool() {
+    local name="$1" crate="$2" version="$3" local_bin="$TOOLCHAINS/cargo/bin/$1"
+    if command -v "$name" >/dev/null 2>&1 && "$name" --version 2>/dev/null | grep -q " $version"; then
+        command -v "$name"
+        return 0
+    fi
+    if ! { [[ -x "$local_bin" ]] && "$local_bin" --version 2>/dev/null | grep -q " $version"; }; then
+        echo "plugins/build.sh: installing $crate $version into ${TOOLCHAINS#"$ROOT"/}/cargo (once; takes minutes)" >&2
+        (cd "$ROOT" && unset RUSTFLAGS CARGO_ENCODED_RUSTFLAGS CARGO_BUILD_RUSTFLAGS &&
+            cargo install ${QUIET[@]+"${QUIET[@]}"} --locked "$crate" --version "$version" --root "$TOOLCHAINS/cargo") >&2 ||
+            die "cargo install $crate $version failed (see above)"
+    fi
+    echo "$local_bin"
+}
+
+WIT_FILES=("$ROOT"/wit/*.wit)
+
+# ---------------------------------------------------------------------------
+# Python: plugins/<name>/app.py, module `app` defining `class Plugin`.
+# ---------------------------------------------------------------------------
+build_python() {
+    local dirs
+    dirs="$(plugin_dirs_with app.py)"
+    [[ -n "$dirs" ]] || return 0
+    local venv="$TOOLCHAINS/py" tool="$TOOLCHAINS/py/bin/componentize-py"
+    if ! { [[ -x "$tool" ]] && "$tool" --version 2>/dev/null | grep -q " $COMPONENTIZE_PY_VERSION"; }; then
+        need_command python3 "install Python 3 with venv (apt-get install python3 python3-venv)"
+        echo "plugins/build.sh: installing componentize-py $COMPONENTIZE_PY_VERSION into ${venv#"$ROOT"/}" >&2
+        python3 -m venv "$venv" >&2 ||
+            die "python3 -m venv failed; install the venv module (apt-get install python3-venv)"
+        "$venv/bin/pip" install -q "componentize-py==$COMPONENTIZE_PY_VERSION" >&2 ||
+            die "pip install componentize-py==$COMPONENTIZE_PY_VERSION failed (see above)"
+    fi
+    local dir name built stamp
+    while IFS= read -r dir; do
+        name="$(basename "$dir")"
+        built="$WASM_BUILD_DIR/python/$name.wasm"
+        stamp="$(inputs_digest "componentize-py $COMPONENTIZE_PY_VERSION" "${WIT_FILES[@]}" $(find "$dir" -name '*.py' -not -path '*/__pycache__/*'))"
+        if ! up_to_date "$built" "$stamp"; then
+            mkdir -p "$(dirname "$built")"
+            [[ ${#QUIET[@]} -gt 0 ]] || echo "   Building Python plugin $name (componentize-py)" >&2
+            "$tool" -d "$ROOT/wit" -w provisioner componentize -p "$dir" app -o "$built.tmp" >"$built.log" 2>&1 ||
+                { cat "$built.log" >&2; die "componentize-py failed for plugins/$name (see above)"; }
+            mv -f "$built.tmp" "$built"
+            echo "$stamp" >"$built.stamp"
+        fi
+        produced "$built" "$PLUGINS_OUT/$name.wasm"
+    done <<<"$dirs"
+}
+
+# ---------------------------------------------------------------------------
+# JavaScript: plugins/<name>/app.js, an ES module exporting `plugin`.
+# ---------------------------------------------------------------------------
+build_javascript() {
+    local dirs
+    dirs="$(plugin_dirs_with app.js)"
+    [[ -n "$dirs" ]] || return 0
+    local prefix="$TOOLCHAINS/js"
+    local cli="$prefix/node_modules/@bytecodealliance/componentize-js/src/cli.js"
+    local installed="$prefix/node_modules/@bytecodealliance/componentize-js/package.json"
+    need_command node "install Node.js 18 or later and npm (apt-get install nodejs npm)"
+    if ! { [[ -f "$installed" ]] && grep -q "\"version\": \"$COMPONENTIZE_JS_VERSION\"" "$installed"; }; then
+        need_command npm "install npm (apt-get install npm)"
+        echo "plugins/build.sh: installing componentize-js $COMPONENTIZE_JS_VERSION into ${prefix#"$ROOT"/}" >&2
+        mkdir -p "$prefix"
+        [[ -f "$prefix/package.json" ]] || echo '{"name":"wasmprov-plugin-toolchain","private":true}' >"$prefix/package.json"
+        (cd "$prefix" && npm install -E --no-audit --no-fund --loglevel=error "@bytecodealliance/componentize-js@$COMPONENTIZE_JS_VERSION") >&2 ||
+            die "npm install @bytecodealliance/componentize-js@$COMPONENTIZE_JS_VERSION failed (see above)"
+    fi
+    local dir name built stamp
+    while IFS= read -r dir; do
+        name="$(basename "$dir")"
+        built="$WASM_BUILD_DIR/javascript/$name.wasm"
+        stamp="$(inputs_digest "componentize-js $COMPONENTIZE_JS_VERSION $(node --version)" "${WIT_FILES[@]}" $(find "$dir" -name '*.js' -not -path '*/node_modules/*'))"
+        if ! up_to_date "$built" "$stamp"; then
+            mkdir -p "$(dirname "$built")"
+            [[ ${#QUIET[@]} -gt 0 ]] || echo "   Building JavaScript plugin $name (componentize-js)" >&2
+            # `-d http fetch-event`: no wasi:http import, which the sandbox
+            # does not provide.
+            node "$cli" --wit "$ROOT/wit" -n provisioner -d http fetch-event -o "$built.tmp" "$dir/app.js" >"$built.log" 2>&1 ||
+                { cat "$built.log" >&2; die "componentize-js failed for plugins/$name (see above)"; }
+            mv -f "$built.tmp" "$built"
+            echo "$stamp" >"$built.stamp"
+        fi
+        produced "$built" "$PLUGINS_OUT/$name.wasm"
+    done <<<"$dirs"
+}
+
+# ---------------------------------------------------------------------------
+# C: plugins/<name>/*.c against bindings from `wit-bindgen c`.
+# ---------------------------------------------------------------------------
+build_c() {
+    local dirs
+    dirs="$(plugin_dirs_with '*.c')"
+    [[ -n "$dirs" ]] || return 0
+    need_command clang "install the C toolchain for WebAssembly (apt-get install clang lld wasi-libc libclang-rt-dev-wasm32)"
+    command -v wasm-ld >/dev/null 2>&1 || command -v wasm-ld-14 >/dev/null 2>&1 || ls /usr/bin/wasm-ld* >/dev/null 2>&1 ||
+        die "wasm-ld not found: apt-get install lld"
+    local wit_bindgen wasm_tools
+    wit_bindgen="$(cargo_tool wit-bindgen wit-bindgen-cli "$WIT_BINDGEN_VERSION")" || exit 1
+    wasm_tools="$(cargo_tool wasm-tools wasm-tools "$WASM_TOOLS_VERSION")" || exit 1
+
+    # The reactor adapter of the host's wasmtime release (crate
+    # wasi-preview1-component-adapter-provider, see plugins/toolchain).
+    local adapter="$WASM_BUILD_DIR/c/wasi_snapshot_preview1.reactor.wasm"
+    mkdir -p "$WASM_BUILD_DIR/c"
+    (cd "$ROOT" && unset RUSTFLAGS CARGO_ENCODED_RUSTFLAGS CARGO_BUILD_RUSTFLAGS &&
+        cargo run ${QUIET[@]+"${QUIET[@]}"} -p wasmprov-plugin-toolchain --bin wasmprov-adapter \
+            --target-dir "$WASM_BUILD_DIR" -- "$adapter") ||
+        die "cannot write the WASI reactor adapter (see above)"
+
+    local bindings="$WASM_BUILD_DIR/c/bindings"
+    local bindings_stamp
+    bindings_stamp="$(inputs_digest "wit-bindgen $WIT_BINDGEN_VERSION" "${WIT_FILES[@]}")"
+    if ! up_to_date "$bindings/provisioner.h" "$bindings_stamp"; then
+        rm -rf "$bindings"
+        "$wit_bindgen" c "$ROOT/wit" --world provisioner --out-dir "$bindings" >/dev/null ||
+            die "wit-bindgen c failed for wit/ (see above)"
+        echo "$bindings_stamp" >"$bindings/provisioner.h.stamp"
+    fi
+
+    local dir name built stamp work sources
+    while IFS= read -r dir; do
+        name="$(basename "$dir")"
+        work="$WASM_BUILD_DIR/c/$name"
+        built="$work/$name.wasm"
+        sources=("$dir"/*.c)
+        stamp="$(inputs_digest "clang $(clang --version | head -n 1) $bindings_stamp $(sha256sum "$adapter" | cut -d' ' -f1)" "${WIT_FILES[@]}" "$dir"/*.[ch])"
+        if ! up_to_date "$built" "$stamp"; then
+            mkdir -p "$work"
+            [[ ${#QUIET[@]} -gt 0 ]] || echo "   Building C plugin $name (clang, wit-bindgen c)" >&2
+            clang --target=wasm32-wasi -mexec-model=reactor -Os -Wall -Wextra -Werror \
+                -Wno-unused-parameter -I "$bindings" -I "$dir" -o "$work/core.wasm" \
+                "${sources[@]}" "$bindings/provisioner.c" "$bindings/provisioner_component_type.o" ||
+                die "clang failed for plugins/$name (see above)"
+            "$wasm_tools" component new "$work/core.wasm" \
+                --adapt "wasi_snapshot_preview1=$adapter" -o "$built.tmp" ||
+                die "wasm-tools component new failed for plugins/$name (see above)"
+            "$wasm_tools" strip "$built.tmp" -o "$built.tmp" 2>/dev/null || true
+            mv -f "$built.tmp" "$built"
+            echo "$stamp" >"$built.stamp"
+        fi
+        produced "$built" "$PLUGINS_OUT/$name.wasm"
+    done <<<"$dirs"
+}
+
+# ---------------------------------------------------------------------------
 # Install: copy each built file to its output, atomically, if it changed.
 # ---------------------------------------------------------------------------
 install_outputs() {
@@ -144,5 +359,8 @@ install_outputs() {
 # Build
 # ---------------------------------------------------------------------------
 build_rust
-# Later: build_c, build_javascript, build_python (see the header).
+lock_toolchains
+build_c
+build_javascript
+build_python
 install_outputs
