@@ -149,12 +149,27 @@ pub fn remove_path(obj: &mut Value, dotted: &str) {
 /// Object equality ignoring `metadata.resourceVersion` and `metadata.managedFields`
 /// (used to detect no-op writes, which the real server does not persist).
 pub fn same_content(a: &Value, b: &Value) -> bool {
-    let strip = |v: &Value| {
-        let mut v = v.clone();
-        let m = meta_mut(&mut v);
-        m.remove("resourceVersion");
-        m.remove("managedFields");
-        v
+    let (Value::Object(a), Value::Object(b)) = (a, b) else {
+        return a == b;
     };
-    strip(a) == strip(b)
+    let empty = Map::new();
+    let meta_a = a
+        .get("metadata")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let meta_b = b
+        .get("metadata")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let skip = |k: &String| k == "resourceVersion" || k == "managedFields";
+    let metas_equal = meta_a.iter().filter(|(k, _)| !skip(k)).count()
+        == meta_b.iter().filter(|(k, _)| !skip(k)).count()
+        && meta_a
+            .iter()
+            .filter(|(k, _)| !skip(k))
+            .all(|(k, v)| meta_b.get(k) == Some(v));
+    metas_equal
+        && a.len() == b.len()
+        && a.iter()
+            .all(|(k, v)| k == "metadata" || b.get(k) == Some(v))
 }

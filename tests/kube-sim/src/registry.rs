@@ -819,7 +819,7 @@ impl Registry {
             }
             return;
         }
-        let old_meta = objects::meta(old).cloned().unwrap_or_default();
+        let old_meta = objects::meta(old);
         {
             let m = objects::meta_mut(new);
             for k in [
@@ -831,14 +831,14 @@ impl Registry {
                 "name",
                 "generateName",
             ] {
-                match old_meta.get(k) {
+                match old_meta.and_then(|om| om.get(k)) {
                     Some(v) => m.insert(k.into(), v.clone()),
                     None => m.remove(k),
                 };
             }
             m.remove("resourceVersion");
             if !m.contains_key("managedFields") {
-                if let Some(mf) = old_meta.get("managedFields") {
+                if let Some(mf) = old_meta.and_then(|om| om.get("managedFields")) {
                     m.insert("managedFields".into(), mf.clone());
                 }
             }

@@ -428,3 +428,43 @@ async fn describe_shows_events_and_binding() {
         "{out}"
     );
 }
+
+#[tokio::test]
+async fn standalone_binary_serves_kubectl_with_just_a_server_flag() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kube-sim"))
+        .args(["--port", "0"])
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+        .await
+        .expect("kube-sim prints its URL")
+        .unwrap()
+        .unwrap();
+    let url = first.rsplit(' ').next().unwrap().to_string();
+    assert!(url.starts_with("http://127.0.0.1:"), "{first}");
+    let hint = lines.next_line().await.unwrap().unwrap();
+    assert!(hint.contains("kubectl --server"), "{hint}");
+
+    let home = tempfile::tempdir().unwrap();
+    let out = tokio::time::timeout(
+        Duration::from_secs(30),
+        Command::new("kubectl")
+            .args(["--server", &url, "get", "namespaces"])
+            .env("HOME", home.path())
+            .env("KUBECONFIG", home.path().join("none"))
+            .output(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("kube-system"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    child.kill().await.unwrap();
+}

@@ -132,34 +132,32 @@ struct Entry {
     fields: BTreeSet<Path>,
 }
 
-fn read_entries(obj: &Value) -> Vec<Entry> {
-    let Some(list) = objects::meta(obj)
-        .and_then(|m| m.get("managedFields"))
-        .and_then(Value::as_array)
-    else {
-        return Vec::new();
-    };
-    list.iter()
-        .map(|e| {
-            let s = |k: &str| e.get(k).and_then(Value::as_str).unwrap_or("").to_string();
-            let mut fields = BTreeSet::new();
-            if let Some(f) = e.get("fieldsV1") {
-                from_fields_v1(f, &mut Vec::new(), &mut fields);
-            }
-            Entry {
-                manager: s("manager"),
-                operation: s("operation"),
-                subresource: s("subresource"),
-                api_version: s("apiVersion"),
-                time: s("time"),
-                fields,
-            }
-        })
-        .collect()
+fn parse_entry(e: &Value) -> Entry {
+    let s = |k: &str| e.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    let mut fields = BTreeSet::new();
+    if let Some(f) = e.get("fieldsV1") {
+        from_fields_v1(f, &mut Vec::new(), &mut fields);
+    }
+    Entry {
+        manager: s("manager"),
+        operation: s("operation"),
+        subresource: s("subresource"),
+        api_version: s("apiVersion"),
+        time: s("time"),
+        fields,
+    }
 }
 
-fn write_entries(obj: &mut Value, entries: Vec<Entry>) {
-    let list: Vec<Value> = entries
+fn read_entries(obj: &Value) -> Vec<Entry> {
+    objects::meta(obj)
+        .and_then(|m| m.get("managedFields"))
+        .and_then(Value::as_array)
+        .map(|list| list.iter().map(parse_entry).collect())
+        .unwrap_or_default()
+}
+
+fn render_entries(entries: Vec<Entry>) -> Vec<Value> {
+    entries
         .into_iter()
         .filter(|e| !e.fields.is_empty())
         .map(|e| {
@@ -176,7 +174,10 @@ fn write_entries(obj: &mut Value, entries: Vec<Entry>) {
             }
             v
         })
-        .collect();
+        .collect()
+}
+
+fn store_entries(obj: &mut Value, list: Vec<Value>) {
     let m = objects::meta_mut(obj);
     if list.is_empty() {
         m.remove("managedFields");
@@ -185,7 +186,13 @@ fn write_entries(obj: &mut Value, entries: Vec<Entry>) {
     }
 }
 
+fn write_entries(obj: &mut Value, entries: Vec<Entry>) {
+    store_entries(obj, render_entries(entries));
+}
+
 /// Who wrote what: record an `Update` by `manager` that turned `old` into `new`.
+/// Only entries of the same subresource are parsed and rewritten; the others
+/// are kept verbatim (status writes are frequent and must stay cheap).
 pub fn record_update(
     old: Option<&Value>,
     new: &mut Value,
@@ -194,22 +201,36 @@ pub fn record_update(
     now: &str,
 ) {
     let status = subresource == "status";
-    let changed: BTreeSet<Path> = leaves(new, status)
-        .into_iter()
-        .filter(|p| old.is_none_or(|o| get(o, p) != get(new, p)))
-        .collect();
-    let mut entries = read_entries(new);
     let present = leaves(new, status);
+    let changed: BTreeSet<Path> = present
+        .iter()
+        .filter(|p| old.is_none_or(|o| get(o, p) != get(new, p)))
+        .cloned()
+        .collect();
+    let raw: Vec<Value> = objects::meta(new)
+        .and_then(|m| m.get("managedFields"))
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let (mine, others): (Vec<Value>, Vec<Value>) = raw
+        .into_iter()
+        .partition(|e| e.get("subresource").and_then(Value::as_str).unwrap_or("") == subresource);
+    let mut entries: Vec<Entry> = mine.iter().map(parse_entry).collect();
+    let mut touched = !changed.is_empty();
     for e in &mut entries {
-        if e.subresource == subresource {
-            e.fields
-                .retain(|p| present.contains(p) && !changed.contains(p));
-        }
+        let before = e.fields.len();
+        e.fields
+            .retain(|p| present.contains(p) && !changed.contains(p));
+        touched |= e.fields.len() != before;
+    }
+    if !touched {
+        return;
     }
     if !changed.is_empty() {
-        match entries.iter_mut().find(|e| {
-            e.manager == manager && e.operation == "Update" && e.subresource == subresource
-        }) {
+        match entries
+            .iter_mut()
+            .find(|e| e.manager == manager && e.operation == "Update")
+        {
             Some(e) => {
                 e.fields.extend(changed);
                 e.time = now.to_string();
@@ -228,7 +249,9 @@ pub fn record_update(
             }),
         }
     }
-    write_entries(new, entries);
+    let mut list = others;
+    list.extend(render_entries(entries));
+    store_entries(new, list);
 }
 
 /// Deep-merge an applied configuration into the live object.
