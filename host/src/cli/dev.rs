@@ -45,6 +45,10 @@ pub struct DevArgs {
     /// Directory of plugins [default: target/plugins, built by plugins/build.sh if missing].
     #[arg(long, value_name = "DIR")]
     pub plugins_dir: Option<PathBuf>,
+    /// Directory for compiled components, so the next start skips compilation
+    /// [default: ~/.cache/wasmprov/compiled].
+    #[arg(long, value_name = "DIR", env = "WASMPROV_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
     /// Exit once the sample claims are Bound (for scripts and tests) instead of serving.
     #[arg(long)]
     pub exit_when_bound: bool,
@@ -91,7 +95,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
         &plugins_dir,
         &RuntimeArgs {
             policy: Some(policy_file),
-            cache_dir: None,
+            cache_dir: args.cache_dir.clone(),
             no_cache: false,
         },
     )

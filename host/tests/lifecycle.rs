@@ -1,0 +1,496 @@
+//! The provisioning lifecycle end to end, on the simulated API server: what a
+//! cluster operator observes (claims, volumes, events, directories).
+
+mod support;
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use support::*;
+use wasmprov::lifecycle;
+use wasmprov::registry::PluginRegistry;
+use wasmprov::runtime::{PolicySet, Runtime, RuntimeConfig};
+
+const PROVISIONER: &str = "wasmprov.io/host";
+const NODE: &str = "worker-1";
+
+/// A simulated cluster with a wasmprov host serving the given plugins.
+struct Cluster {
+    sim: kube_sim::Simulator,
+    client: Client,
+    volumes_dir: tempfile::TempDir,
+    _plugins_dir: tempfile::TempDir,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    host: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Cluster {
+    async fn start(plugins: &[(&str, PathBuf)]) -> Self {
+        let sim = kube_sim::Simulator::start(kube_sim::Config {
+            nodes: vec![NODE.into()],
+            ..kube_sim::Config::default()
+        })
+        .await
+        .unwrap();
+        let client = sim.client().unwrap();
+        let volumes_dir = tempfile::tempdir().unwrap();
+        let plugins_dir = tempfile::tempdir().unwrap();
+        for (name, file) in plugins {
+            std::fs::copy(file, plugins_dir.path().join(format!("{name}.wasm"))).unwrap();
+        }
+        let mut cluster = Self {
+            sim,
+            client,
+            volumes_dir,
+            _plugins_dir: plugins_dir,
+            stop: None,
+            host: None,
+        };
+        cluster
+            .start_host(cluster._plugins_dir.path().to_owned())
+            .await;
+        cluster
+    }
+
+    async fn start_host(&mut self, plugins_dir: PathBuf) {
+        let policy = format!(
+            "plugins:\n  hostpath:\n    preopens: [{{host: {}, guest: /volumes, mode: read-write}}]\n",
+            self.volumes_dir.path().display()
+        );
+        let policies = PolicySet::parse(&policy, Path::new("policy.yaml")).unwrap();
+        let runtime = Runtime::new(RuntimeConfig {
+            cache_dir: Some(workspace_root().join("target/test-compile-cache")),
+            ..RuntimeConfig::default()
+        })
+        .unwrap();
+        let registry = PluginRegistry::load_dir(Arc::new(runtime), &plugins_dir, &policies)
+            .await
+            .unwrap();
+        let mut config = lifecycle::Config::new(PROVISIONER);
+        config.retry_base = Duration::from_millis(100);
+        config.max_retry = Duration::from_secs(1);
+        config.save_attempts = 3;
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        self.stop = Some(tx);
+        self.host = Some(tokio::spawn(lifecycle::run(
+            self.client.clone(),
+            Arc::new(registry),
+            config,
+            async move {
+                let _ = rx.await;
+            },
+        )));
+    }
+
+    async fn stop_host(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(h) = self.host.take() {
+            let _ = h.await;
+        }
+    }
+
+    fn claims(&self) -> Api<PersistentVolumeClaim> {
+        Api::namespaced(self.client.clone(), "default")
+    }
+
+    fn volumes(&self) -> Api<PersistentVolume> {
+        Api::all(self.client.clone())
+    }
+
+    async fn class(&self, name: &str, params: &[(&str, &str)], extra: serde_json::Value) {
+        let mut value = serde_json::json!({
+            "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+            "metadata": {"name": name},
+            "provisioner": PROVISIONER,
+            "parameters": params.iter().map(|(k, v)| (k.to_string(), serde_json::Value::from(*v))).collect::<serde_json::Map<_, _>>(),
+        });
+        if let (Some(obj), serde_json::Value::Object(extra)) = (value.as_object_mut(), extra) {
+            obj.extend(extra);
+        }
+        let class: StorageClass = serde_json::from_value(value).unwrap();
+        Api::<StorageClass>::all(self.client.clone())
+            .create(&PostParams::default(), &class)
+            .await
+            .unwrap();
+    }
+
+    /// A hostpath class writing into this cluster's volumes directory.
+    async fn hostpath_class(&self, name: &str, extra: serde_json::Value) {
+        let root = self.volumes_dir.path().display().to_string();
+        self.class(name, &[("plugin", "hostpath"), ("hostRoot", &root)], extra)
+            .await;
+    }
+
+    async fn claim(&self, name: &str, class: &str, extra_spec: serde_json::Value) {
+        let mut spec = serde_json::json!({
+            "storageClassName": class, "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "1Gi"}},
+        });
+        if let (Some(obj), serde_json::Value::Object(extra)) = (spec.as_object_mut(), extra_spec) {
+            obj.extend(extra);
+        }
+        let claim: PersistentVolumeClaim = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": name, "namespace": "default"}, "spec": spec,
+        }))
+        .unwrap();
+        self.claims()
+            .create(&PostParams::default(), &claim)
+            .await
+            .unwrap();
+    }
+
+    async fn bound_volume(&self, claim: &str) -> PersistentVolume {
+        let claims = self.claims();
+        let name = eventually(&format!("claim {claim} is Bound"), || async {
+            let c = claims.get(claim).await.ok()?;
+            (c.status?.phase? == "Bound").then_some(c.spec?.volume_name?)
+        })
+        .await;
+        self.volumes().get(&name).await.unwrap()
+    }
+
+    async fn events_for(&self, name: &str) -> Vec<Event> {
+        Api::<Event>::namespaced(self.client.clone(), "default")
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.involved_object.name.as_deref() == Some(name))
+            .collect()
+    }
+
+    async fn event(&self, claim: &str, reason: &str, containing: &str) -> Event {
+        eventually(
+            &format!("event {reason} on {claim} containing {containing:?}"),
+            || async {
+                self.events_for(claim).await.into_iter().find(|e| {
+                    e.reason.as_deref() == Some(reason)
+                        && e.message
+                            .as_deref()
+                            .unwrap_or_default()
+                            .contains(containing)
+                })
+            },
+        )
+        .await
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// Polls `f` until it returns Some, failing the test after 30 s.
+async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting until {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn host_path(pv: &PersistentVolume) -> PathBuf {
+    PathBuf::from(&pv.spec.as_ref().unwrap().host_path.as_ref().unwrap().path)
+}
+
+fn hostpath() -> (&'static str, PathBuf) {
+    ("hostpath", plugin_path("hostpath"))
+}
+
+fn misbehave() -> (&'static str, PathBuf) {
+    ("misbehave", guest_path("misbehave"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_gets_a_bound_volume_and_deleting_it_removes_the_storage() {
+    let c = Cluster::start(&[hostpath()]).await;
+    c.hostpath_class("fast", serde_json::json!({})).await;
+    c.claim("data", "fast", serde_json::json!({})).await;
+
+    let pv = c.bound_volume("data").await;
+    let dir = host_path(&pv);
+    assert!(dir.is_dir(), "the plugin created {}", dir.display());
+    assert_eq!(dir.parent(), Some(c.volumes_dir.path()));
+    let ann = pv.annotations();
+    assert_eq!(ann["pv.kubernetes.io/provisioned-by"], PROVISIONER);
+    assert_eq!(ann["wasmprov.io/plugin"], "hostpath");
+    c.event("data", "ProvisioningSucceeded", &pv.name_any())
+        .await;
+    c.event("data", "Provisioning", "default/data").await;
+
+    c.claims()
+        .delete("data", &DeleteParams::default())
+        .await
+        .unwrap();
+    let volumes = c.volumes();
+    let name = pv.name_any();
+    eventually("the volume is deleted", || async {
+        volumes
+            .get_opt(&name)
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert!(!dir.exists(), "the plugin removed {}", dir.display());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retain_volume_and_its_storage_outlive_the_claim() {
+    let c = Cluster::start(&[hostpath()]).await;
+    c.hostpath_class("keep", serde_json::json!({"reclaimPolicy": "Retain"}))
+        .await;
+    c.claim("data", "keep", serde_json::json!({})).await;
+    let pv = c.bound_volume("data").await;
+    c.claims()
+        .delete("data", &DeleteParams::default())
+        .await
+        .unwrap();
+    let volumes = c.volumes();
+    let name = pv.name_any();
+    eventually("the volume is Released", || async {
+        let v = volumes.get(&name).await.ok()?;
+        (v.status?.phase? == "Released").then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        volumes.get_opt(&name).await.unwrap().is_some(),
+        "Retain keeps the volume"
+    );
+    assert!(host_path(&pv).is_dir(), "Retain keeps the storage");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_host_serves_two_classes_with_two_plugins() {
+    let c = Cluster::start(&[hostpath(), misbehave()]).await;
+    c.hostpath_class("fast", serde_json::json!({})).await;
+    c.class(
+        "odd",
+        &[("plugin", "misbehave"), ("behavior", "ok")],
+        serde_json::json!({}),
+    )
+    .await;
+    c.claim("a", "fast", serde_json::json!({})).await;
+    c.claim("b", "odd", serde_json::json!({})).await;
+    let a = c.bound_volume("a").await;
+    let b = c.bound_volume("b").await;
+    assert_eq!(a.annotations()["wasmprov.io/plugin"], "hostpath");
+    assert_eq!(b.annotations()["wasmprov.io/plugin"], "misbehave");
+    assert_eq!(
+        b.annotations()["wasmprov.io/parameters"],
+        r#"{"behavior":"ok"}"#
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_of_other_provisioners_are_left_alone() {
+    let c = Cluster::start(&[hostpath()]).await;
+    c.hostpath_class("fast", serde_json::json!({})).await;
+    let root = c.volumes_dir.path().display().to_string();
+    c.class(
+        "theirs",
+        &[("plugin", "hostpath"), ("hostRoot", &root)],
+        serde_json::json!({"provisioner": "ebs.csi.aws.com"}),
+    )
+    .await;
+    c.claim("mine", "fast", serde_json::json!({})).await;
+    c.claim("other", "theirs", serde_json::json!({})).await;
+    c.bound_volume("mine").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let other = c.claims().get("other").await.unwrap();
+    assert_eq!(other.status.unwrap().phase.as_deref(), Some("Pending"));
+    assert_eq!(
+        c.volumes()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len(),
+        1
+    );
+    assert!(c
+        .events_for("other")
+        .await
+        .iter()
+        .all(|e| e.reason.as_deref() != Some("Provisioning")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_plugin_is_reported_on_the_claim() {
+    let c = Cluster::start(&[hostpath()]).await;
+    c.class("typo", &[("plugin", "hostpth")], serde_json::json!({}))
+        .await;
+    c.claim("data", "typo", serde_json::json!({})).await;
+    let e = c
+        .event("data", "ProvisioningFailed", "no plugin named \"hostpth\"")
+        .await;
+    let message = e.message.unwrap();
+    assert!(
+        message.contains("loaded: hostpath"),
+        "says what is there: {message}"
+    );
+    assert_eq!(e.type_.as_deref(), Some("Warning"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_waits_for_its_missing_class_then_gets_provisioned() {
+    let c = Cluster::start(&[hostpath()]).await;
+    c.claim("early", "later", serde_json::json!({})).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    c.hostpath_class("later", serde_json::json!({})).await;
+    let pv = c.bound_volume("early").await;
+    assert!(host_path(&pv).is_dir());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_for_first_consumer_provisions_on_the_selected_node() {
+    let c = Cluster::start(&[hostpath()]).await;
+    c.hostpath_class(
+        "local",
+        serde_json::json!({"volumeBindingMode": "WaitForFirstConsumer", "parameters": {"plugin": "hostpath", "hostRoot": c.volumes_dir.path().display().to_string(), "nodeAffinity": "true"}}),
+    )
+    .await;
+    c.claim("data", "local", serde_json::json!({})).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        c.volumes()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty(),
+        "waits for the scheduler"
+    );
+    c.sim.schedule_claim("default", "data", NODE).await.unwrap();
+    let pv = c.bound_volume("data").await;
+    let affinity = serde_json::to_value(&pv.spec.as_ref().unwrap().node_affinity).unwrap();
+    assert_eq!(
+        affinity["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]["values"][0],
+        NODE
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reschedule_clears_the_selected_node() {
+    let c = Cluster::start(&[misbehave()]).await;
+    c.class(
+        "picky",
+        &[("plugin", "misbehave"), ("behavior", "reschedule")],
+        serde_json::json!({"volumeBindingMode": "WaitForFirstConsumer"}),
+    )
+    .await;
+    c.claim("data", "picky", serde_json::json!({})).await;
+    c.sim.schedule_claim("default", "data", NODE).await.unwrap();
+    c.event("data", "ProvisioningFailed", "this node cannot host it")
+        .await;
+    let claims = c.claims();
+    eventually("the selected-node annotation is removed", || async {
+        let claim = claims.get("data").await.ok()?;
+        (!claim
+            .annotations()
+            .contains_key("volume.kubernetes.io/selected-node"))
+        .then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn block_mode_is_refused_for_a_plugin_without_block_support() {
+    let c = Cluster::start(&[hostpath()]).await;
+    c.hostpath_class("fast", serde_json::json!({})).await;
+    c.claim("raw", "fast", serde_json::json!({"volumeMode": "Block"}))
+        .await;
+    c.event(
+        "raw",
+        "ProvisioningFailed",
+        "does not support volumeMode Block",
+    )
+    .await;
+    assert!(c
+        .volumes()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_volume_that_cannot_be_saved_is_cleaned_up_then_provisioned_when_the_api_recovers() {
+    let c = Cluster::start(&[hostpath()]).await;
+    c.hostpath_class("fast", serde_json::json!({})).await;
+    c.sim.faults().fail_requests(
+        kube_sim::FailureRule::new(1.0, kube_sim::FailWith::Internal)
+            .verbs(&["create"])
+            .resources(&["persistentvolumes"]),
+    );
+    c.claim("data", "fast", serde_json::json!({})).await;
+    c.event(
+        "data",
+        "ProvisioningFailed",
+        "failed to save PersistentVolume",
+    )
+    .await;
+    // The plugin's directory was deleted again: nothing leaked.
+    let leftovers: Vec<_> = std::fs::read_dir(c.volumes_dir.path()).unwrap().collect();
+    assert!(leftovers.is_empty(), "leaked: {leftovers:?}");
+    c.sim.faults().clear();
+    let pv = c.bound_volume("data").await;
+    assert!(host_path(&pv).is_dir());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_host_makes_exactly_one_volume_per_claim() {
+    let mut c = Cluster::start(&[hostpath()]).await;
+    c.hostpath_class("fast", serde_json::json!({})).await;
+    for i in 0..5 {
+        c.claim(&format!("c{i}"), "fast", serde_json::json!({}))
+            .await;
+    }
+    // Stop the host while it works, then start another.
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    c.stop_host().await;
+    let dir = c._plugins_dir.path().to_owned();
+    c.start_host(dir).await;
+    for i in 0..5 {
+        c.bound_volume(&format!("c{i}")).await;
+    }
+    let volumes = c
+        .volumes()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(volumes.len(), 5, "one volume per claim");
+    assert_eq!(
+        std::fs::read_dir(c.volumes_dir.path()).unwrap().count(),
+        5,
+        "one directory per claim"
+    );
+}
