@@ -303,7 +303,7 @@ build_c() {
     bindings_stamp="$(inputs_digest "wit-bindgen $WIT_BINDGEN_VERSION" "${WIT_FILES[@]}")"
     if ! up_to_date "$bindings/provisioner.h" "$bindings_stamp"; then
         rm -rf "$bindings"
-        "$wit_bindgen" c "$ROOT/wit" --world provisioner --out-dir "$bindings" >/dev/null ||
+        "$wit_bindgen" c "$ROOT/wit" --world provisioner --out-dir "$bindings" >/dev/null 2>&1 ||
             die "wit-bindgen c failed for wit/ (see above)"
         echo "$bindings_stamp" >"$bindings/provisioner.h.stamp"
     fi
