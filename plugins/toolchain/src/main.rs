@@ -8,13 +8,18 @@ use wasi_preview1_component_adapter_provider::WASI_SNAPSHOT_PREVIEW1_REACTOR_ADA
 
 fn main() -> ExitCode {
     let Some(out) = std::env::args_os().nth(1) else {
-        eprintln!("usage: wasmprov-adapter OUT (writes the wasi_snapshot_preview1 reactor adapter)");
+        eprintln!(
+            "usage: wasmprov-adapter OUT (writes the wasi_snapshot_preview1 reactor adapter)"
+        );
         return ExitCode::from(2);
     };
     match std::fs::write(&out, WASI_SNAPSHOT_PREVIEW1_REACTOR_ADAPTER) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("wasmprov-adapter: cannot write {}: {e}", out.to_string_lossy());
+            eprintln!(
+                "wasmprov-adapter: cannot write {}: {e}",
+                out.to_string_lossy()
+            );
             ExitCode::FAILURE
         }
     }
