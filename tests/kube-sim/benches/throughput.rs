@@ -38,7 +38,49 @@ struct Outcome {
     events_per_s: f64,
 }
 
-async fn scenario(n: usize, watchers: usize, controllers: bool) -> Outcome {
+/// How watchers consume the stream.
+#[derive(Clone, Copy, PartialEq)]
+enum Watchers {
+    /// kube-rs `watcher()`: every event decoded into a typed PersistentVolume.
+    KubeRs,
+    /// Raw HTTP: ADDED lines counted, nothing decoded (the simulator's own fan-out cost).
+    Raw,
+}
+
+/// A raw watch over its own connection, counting ADDED events into `counter`.
+async fn raw_watch(
+    addr: std::net::SocketAddr,
+    rv: String,
+    counter: Arc<AtomicUsize>,
+) -> tokio::task::JoinHandle<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let req = format!(
+        "GET /api/v1/persistentvolumes?watch=true&resourceVersion={rv}&timeoutSeconds=600 HTTP/1.1\r\nHost: bench\r\n\r\n"
+    );
+    conn.write_all(req.as_bytes()).await.expect("send watch");
+    let mut buf = vec![0u8; 64 * 1024];
+    // Wait for the response head: the watch is registered before it is sent.
+    let first = conn.read(&mut buf).await.expect("watch response");
+    assert!(buf[..first].starts_with(b"HTTP/1.1 200"), "watch accepted");
+    tokio::spawn(async move {
+        const NEEDLE: &[u8] = b"{\"type\":\"ADDED\"";
+        let mut carry: Vec<u8> = buf[..first].to_vec();
+        loop {
+            let hits = carry.windows(NEEDLE.len()).filter(|w| *w == NEEDLE).count();
+            counter.fetch_add(hits, Ordering::Relaxed);
+            // Keep a tail shorter than the needle: a match cannot be counted twice.
+            let keep = carry.len().saturating_sub(NEEDLE.len() - 1);
+            carry.drain(..keep);
+            match conn.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(k) => carry.extend_from_slice(&buf[..k]),
+            }
+        }
+    })
+}
+
+async fn scenario(n: usize, watchers: usize, kind: Watchers, controllers: bool) -> Outcome {
     let mut config = kube_sim::Config {
         history_window: n * 3,
         ..kube_sim::Config::default()
@@ -62,7 +104,19 @@ async fn scenario(n: usize, watchers: usize, controllers: bool) -> Outcome {
         .map(|_| Arc::new(AtomicUsize::new(0)))
         .collect();
     let mut tasks = Vec::new();
-    for counter in &seen {
+    if kind == Watchers::Raw {
+        let rv = pvs
+            .list(&kube::api::ListParams::default().limit(1))
+            .await
+            .expect("list")
+            .metadata
+            .resource_version
+            .unwrap_or_default();
+        for counter in &seen {
+            tasks.push(raw_watch(sim.addr(), rv.clone(), counter.clone()).await);
+        }
+    }
+    for counter in seen.iter().filter(|_| kind == Watchers::KubeRs) {
         let counter = counter.clone();
         // Each watcher has its own client (own connection), like separate controllers.
         let api: Api<PersistentVolume> = Api::all(sim.client().expect("client"));
@@ -137,28 +191,46 @@ fn main() {
         .expect("tokio runtime");
     println!("kube-sim throughput: {n} PV creates per scenario, {CONCURRENCY} concurrent kube-rs writers, client and server in one process");
     println!();
-    println!("| scenario | creates/s | all watchers caught up after | watch events delivered/s |");
-    println!("|---|---:|---:|---:|");
+    println!("| scenario | creates/s | all watchers caught up after | watch events delivered/s | creates/s vs. 1 watcher of the same kind |");
+    println!("|---|---:|---:|---:|---:|");
     let mut base = None;
-    for (label, watchers, controllers) in [
-        ("1 watcher, controllers off", 1, false),
-        ("1 watcher, controllers on", 1, true),
-        ("10 watchers, controllers on", 10, true),
+    for (label, watchers, kind, controllers) in [
+        (
+            "1 kube-rs watcher, controllers off",
+            1,
+            Watchers::KubeRs,
+            false,
+        ),
+        (
+            "1 kube-rs watcher, controllers on",
+            1,
+            Watchers::KubeRs,
+            true,
+        ),
+        (
+            "10 kube-rs watchers, controllers on",
+            10,
+            Watchers::KubeRs,
+            true,
+        ),
+        ("1 raw watcher, controllers on", 1, Watchers::Raw, true),
+        ("10 raw watchers, controllers on", 10, Watchers::Raw, true),
     ] {
-        let o = rt.block_on(scenario(n, watchers, controllers));
+        let o = rt.block_on(scenario(n, watchers, kind, controllers));
+        let ratio = if watchers == 1 && controllers {
+            base = Some(o.creates_per_s);
+            "1.00".to_string()
+        } else if watchers == 1 {
+            String::new()
+        } else {
+            base.map(|b| format!("{:.2}", o.creates_per_s / b))
+                .unwrap_or_default()
+        };
         println!(
-            "| {label} | {:.0} | {:.2} s | {:.0} |",
+            "| {label} | {:.0} | {:.2} s | {:.0} | {ratio} |",
             o.creates_per_s,
             o.all_seen.as_secs_f64(),
             o.events_per_s
         );
-        if watchers == 1 && controllers {
-            base = Some(o.creates_per_s);
-        } else if let Some(b) = base {
-            println!(
-                "|   (creates/s ratio vs 1 watcher) | {:.2} | | |",
-                o.creates_per_s / b
-            );
-        }
     }
 }

@@ -994,3 +994,49 @@ async fn events_api_events_are_core_events_too() {
         Some("External provisioner is provisioning volume")
     );
 }
+
+#[tokio::test]
+async fn discovery_plain_and_aggregated() {
+    let sim = start().await;
+    let client = sim.client().unwrap();
+    let discovery = kube::Discovery::new(client.clone()).run().await.unwrap();
+    let (sc, caps) = discovery
+        .groups()
+        .flat_map(|g| g.recommended_resources())
+        .find(|(r, _)| r.plural == "storageclasses")
+        .expect("storageclasses discovered");
+    assert_eq!(
+        (sc.group.as_str(), sc.version.as_str(), sc.kind.as_str()),
+        ("storage.k8s.io", "v1", "StorageClass")
+    );
+    assert_eq!(caps.scope, kube::discovery::Scope::Cluster);
+    assert!(discovery.has_group("coordination.k8s.io") && discovery.has_group("events.k8s.io"));
+
+    // Aggregated discovery only for an exact media-type match.
+    let get = |accept: &str| {
+        http::Request::get("/apis")
+            .header("accept", accept)
+            .body(Vec::new())
+            .unwrap()
+    };
+    let agg: Value = client
+        .request(get(
+            "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(agg["kind"], "APIGroupDiscoveryList");
+    assert_eq!(agg["apiVersion"], "apidiscovery.k8s.io/v2");
+    let plain: Value = client
+        .request(get(
+            "application/json;g=apidiscovery.k8s.io;v=v3;as=APIGroupDiscoveryList,application/json",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(plain["kind"], "APIGroupList");
+    let version = client.apiserver_version().await.unwrap();
+    assert_eq!(
+        (version.major.as_str(), version.minor.as_str()),
+        ("1", "33")
+    );
+}
