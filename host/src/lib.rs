@@ -8,6 +8,8 @@
 
 pub mod cli;
 pub mod lifecycle;
+pub mod metrics;
+pub mod ops;
 pub mod provisioner;
 pub mod quantity;
 pub mod registry;

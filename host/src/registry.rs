@@ -5,11 +5,14 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Instant;
 
 use k8s_openapi::api::core::v1::PersistentVolume;
 
+use crate::metrics::Metrics;
 use crate::provisioner::{
-    DeleteError, PluginInfo, ProvisionError, ProvisionOptions, ProvisionState, Provisioner,
+    DeleteError, DeleteState, PluginInfo, ProvisionError, ProvisionOptions, ProvisionState,
+    Provisioner,
 };
 use crate::runtime::{PolicySet, Runtime};
 use crate::wasm_provisioner::WasmProvisioner;
@@ -19,6 +22,7 @@ pub struct PluginRegistry {
     dir: PathBuf,
     loaded: BTreeMap<String, WasmProvisioner>,
     failed: BTreeMap<String, String>,
+    metrics: Arc<Metrics>,
     _runtime: Arc<Runtime>,
 }
 
@@ -28,6 +32,7 @@ impl PluginRegistry {
         runtime: Arc<Runtime>,
         dir: &Path,
         policies: &PolicySet,
+        metrics: Arc<Metrics>,
     ) -> std::io::Result<Self> {
         let mut loaded = BTreeMap::new();
         let mut failed = BTreeMap::new();
@@ -68,6 +73,7 @@ impl PluginRegistry {
             dir: dir.to_owned(),
             loaded,
             failed,
+            metrics,
             _runtime: runtime,
         })
     }
@@ -111,11 +117,34 @@ impl Provisioner for PluginRegistry {
         let backend = self
             .get(plugin)
             .map_err(|m| ProvisionError::new(ProvisionState::Failed, m))?;
-        backend.provision(opts).await
+        let started = Instant::now();
+        let result = backend.provision(opts).await;
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(e) => match e.state {
+                ProvisionState::Failed => "failed",
+                ProvisionState::InBackground => "in-background",
+                ProvisionState::NoChange => "no-change",
+                ProvisionState::Reschedule => "reschedule",
+                ProvisionState::InvalidArgument => "invalid-argument",
+            },
+        };
+        self.metrics
+            .plugin_call(plugin, "provision", outcome, started.elapsed());
+        result
     }
 
     async fn delete(&self, plugin: &str, pv: &PersistentVolume) -> Result<(), DeleteError> {
         let backend = self.get(plugin).map_err(DeleteError::failed)?;
-        backend.delete(pv).await
+        let started = Instant::now();
+        let result = backend.delete(pv).await;
+        let outcome = match &result {
+            Ok(()) => "ok",
+            Err(e) if e.state == DeleteState::Ignored => "ignored",
+            Err(_) => "failed",
+        };
+        self.metrics
+            .plugin_call(plugin, "delete", outcome, started.elapsed());
+        result
     }
 }

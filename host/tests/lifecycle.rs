@@ -14,6 +14,7 @@ use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use support::*;
 use wasmprov::lifecycle;
+use wasmprov::metrics::Metrics;
 use wasmprov::registry::PluginRegistry;
 use wasmprov::runtime::{PolicySet, Runtime, RuntimeConfig};
 
@@ -26,6 +27,7 @@ struct Cluster {
     client: Client,
     volumes_dir: tempfile::TempDir,
     _plugins_dir: tempfile::TempDir,
+    metrics: Arc<Metrics>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     host: Option<tokio::task::JoinHandle<()>>,
 }
@@ -49,6 +51,7 @@ impl Cluster {
             client,
             volumes_dir,
             _plugins_dir: plugins_dir,
+            metrics: Arc::new(Metrics::default()),
             stop: None,
             host: None,
         };
@@ -69,9 +72,14 @@ impl Cluster {
             ..RuntimeConfig::default()
         })
         .unwrap();
-        let registry = PluginRegistry::load_dir(Arc::new(runtime), &plugins_dir, &policies)
-            .await
-            .unwrap();
+        let registry = PluginRegistry::load_dir(
+            Arc::new(runtime),
+            &plugins_dir,
+            &policies,
+            self.metrics.clone(),
+        )
+        .await
+        .unwrap();
         let mut config = lifecycle::Config::new(PROVISIONER);
         config.retry_base = Duration::from_millis(100);
         config.max_retry = Duration::from_secs(1);
@@ -82,6 +90,7 @@ impl Cluster {
             self.client.clone(),
             Arc::new(registry),
             config,
+            self.metrics.clone(),
             async move {
                 let _ = rx.await;
             },
@@ -258,6 +267,18 @@ async fn a_claim_gets_a_bound_volume_and_deleting_it_removes_the_storage() {
     })
     .await;
     assert!(!dir.exists(), "the plugin removed {}", dir.display());
+
+    // What Prometheus scrapes: the Go library's names, and our plugin calls.
+    let metrics = c.metrics.encode();
+    for want in [
+        "controller_persistentvolumeclaim_provision_total{class=\"fast\"} 1",
+        "controller_persistentvolume_delete_total{class=\"fast\"} 1",
+        "controller_persistentvolumeclaim_provision_duration_seconds_count{class=\"fast\"} 1",
+        "wasmprov_plugin_calls_total{plugin=\"hostpath\",call=\"provision\",result=\"ok\"} 1",
+        "wasmprov_plugin_calls_total{plugin=\"hostpath\",call=\"delete\",result=\"ok\"} 1",
+    ] {
+        assert!(metrics.contains(want), "missing {want} in:\n{metrics}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

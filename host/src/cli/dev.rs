@@ -21,6 +21,7 @@ use kube::{Api, ResourceExt};
 use super::run::{load_plugins, shutdown_signal, LifecycleArgs};
 use super::RuntimeArgs;
 use crate::lifecycle;
+use crate::ops::{self, Ops};
 
 const SAMPLE_CLASSES: [&str; 2] = [
     include_str!("../../../deploy/examples/sc.yaml"),
@@ -49,6 +50,9 @@ pub struct DevArgs {
     /// [default: ~/.cache/wasmprov/compiled].
     #[arg(long, value_name = "DIR", env = "WASMPROV_CACHE_DIR")]
     pub cache_dir: Option<PathBuf>,
+    /// Address of the /metrics, /healthz and /readyz endpoints.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub metrics_address: std::net::SocketAddr,
     /// Exit once the sample claims are Bound (for scripts and tests) instead of serving.
     #[arg(long)]
     pub exit_when_bound: bool,
@@ -91,6 +95,10 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
     let kubeconfig = data_dir.join("kubeconfig");
     std::fs::write(&kubeconfig, sim.kubeconfig())?;
 
+    let ops = Arc::new(Ops::default());
+    let ops_listener = ops::bind(args.metrics_address).await?;
+    let metrics_address = ops_listener.local_addr()?;
+    let ops_server = tokio::spawn(ops::serve(ops_listener, ops.clone()));
     let registry = load_plugins(
         &plugins_dir,
         &RuntimeArgs {
@@ -98,6 +106,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
             cache_dir: args.cache_dir.clone(),
             no_cache: false,
         },
+        ops.metrics.clone(),
     )
     .await?;
     let mut config = args.lifecycle.config();
@@ -107,6 +116,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
         client.clone(),
         Arc::new(registry),
         config,
+        ops.metrics.clone(),
         async move {
             let _ = stop_rx.await;
         },
@@ -137,7 +147,9 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
     }
 
     println!("wasmprov dev: simulated API server at {}", sim.url());
+    ops.set_ready(true);
     println!("  plugins:  {}", plugins_dir.display());
+    println!("  metrics:  http://{metrics_address}/metrics");
     println!("  volumes:  {}", host_root.display());
     println!(
         "  try:      kubectl --server {} get storageclass,pvc,pv",
@@ -155,6 +167,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
     };
     let _ = stop_tx.send(());
     let _ = lifecycle_task.await;
+    ops_server.abort();
     sim.shutdown().await;
     outcome
 }

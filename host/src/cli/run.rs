@@ -1,5 +1,6 @@
 //! `wasmprov run`: the provisioner host against a real cluster.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -8,6 +9,8 @@ use clap::Args;
 
 use super::RuntimeArgs;
 use crate::lifecycle::{self, Names};
+use crate::metrics::Metrics;
+use crate::ops::{self, Ops};
 use crate::registry::PluginRegistry;
 use crate::runtime::{PolicySet, Runtime, RuntimeConfig};
 
@@ -68,6 +71,9 @@ pub struct RunArgs {
     /// ~/.kube/config) is used.
     #[arg(long, value_name = "FILE", env = "WASMPROV_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
+    /// Address of the /metrics, /healthz and /readyz endpoints.
+    #[arg(long, default_value = "0.0.0.0:8080", env = "WASMPROV_METRICS_ADDRESS")]
+    pub metrics_address: SocketAddr,
     #[command(flatten)]
     pub lifecycle: LifecycleArgs,
     #[command(flatten)]
@@ -88,21 +94,32 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             "no cluster configuration found: run in a pod, set $KUBECONFIG, or pass --kubeconfig",
         )?,
     };
-    let registry = load_plugins(&args.plugins_dir, &args.runtime).await?;
-    lifecycle::run(
+    let ops = Arc::new(Ops::default());
+    let listener = ops::bind(args.metrics_address).await?;
+    let server = tokio::spawn(ops::serve(listener, ops.clone()));
+    let registry = load_plugins(&args.plugins_dir, &args.runtime, ops.metrics.clone()).await?;
+    ops.set_ready(true);
+    let lifecycle = lifecycle::run(
         client,
         Arc::new(registry),
         args.lifecycle.config(),
+        ops.metrics.clone(),
         shutdown_signal(),
-    )
-    .await;
-    Ok(())
+    );
+    tokio::select! {
+        () = lifecycle => Ok(()),
+        r = server => match r {
+            Ok(Err(e)) => Err(anyhow::anyhow!(e).context(format!("cannot serve metrics on {}", args.metrics_address))),
+            _ => Ok(()),
+        },
+    }
 }
 
 /// Loads the plugins directory with the sandbox policy.
 pub async fn load_plugins(
     dir: &std::path::Path,
     args: &RuntimeArgs,
+    metrics: Arc<Metrics>,
 ) -> anyhow::Result<PluginRegistry> {
     let policies = match &args.policy {
         Some(path) => PolicySet::load(path)?,
@@ -117,7 +134,7 @@ pub async fn load_plugins(
         cache_dir,
         ..RuntimeConfig::default()
     })?;
-    PluginRegistry::load_dir(Arc::new(runtime), dir, &policies)
+    PluginRegistry::load_dir(Arc::new(runtime), dir, &policies, metrics)
         .await
         .with_context(|| format!("cannot read the plugins directory {}", dir.display()))
 }

@@ -2,7 +2,7 @@
 //! retries, cleaning the backend up if it cannot be saved), report.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use backon::{ExponentialBuilder, Retryable};
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
@@ -14,6 +14,7 @@ use kube::{Api, Resource, ResourceExt};
 use super::decide::{self, keys, ClaimDecision};
 use super::events::{self, *};
 use super::{retry_after, Context, Error};
+use crate::metrics::Metrics;
 use crate::provisioner::{ProvisionOptions, ProvisionState, Provisioner};
 
 /// How long to wait before looking again at a claim whose class is missing or
@@ -131,6 +132,8 @@ async fn provision<P: Provisioner>(
             ),
         )
         .await;
+    let started = Instant::now();
+    let class_label = Metrics::class(&class.metadata.name.clone().unwrap_or_default());
     let opts = ProvisionOptions {
         pv_name: pv_name.clone(),
         claim: claim.clone(),
@@ -139,7 +142,13 @@ async fn provision<P: Provisioner>(
     };
     let mut pv = match ctx.provisioner.provision(plugin, &opts).await {
         Ok(pv) => pv,
-        Err(e) => return provision_failed(claim, e, ctx).await,
+        Err(e) => {
+            ctx.metrics
+                .provision_failed_total
+                .get_or_create(&class_label)
+                .inc();
+            return provision_failed(claim, e, ctx).await;
+        }
     };
     if ctx.config.add_finalizer {
         pv.metadata
@@ -151,6 +160,14 @@ async fn provision<P: Provisioner>(
     match save(&volumes, &pv, &uid, ctx.config.save_attempts).await {
         Ok(()) => {
             ctx.succeed(&uid);
+            ctx.metrics
+                .provision_total
+                .get_or_create(&class_label)
+                .inc();
+            ctx.metrics
+                .provision_duration
+                .get_or_create(&class_label)
+                .observe(started.elapsed().as_secs_f64());
             ctx.events
                 .normal(
                     &reference,
@@ -163,6 +180,10 @@ async fn provision<P: Provisioner>(
             Ok(Action::await_change())
         }
         Err(save_error) => {
+            ctx.metrics
+                .provision_failed_total
+                .get_or_create(&class_label)
+                .inc();
             // The backend made storage nobody will ever find: remove it.
             if let Err(e) = ctx.provisioner.delete(plugin, &pv).await {
                 ctx.events

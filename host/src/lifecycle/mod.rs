@@ -26,6 +26,7 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client};
 
+use crate::metrics::Metrics;
 use crate::provisioner::Provisioner;
 pub use decide::Names;
 use events::Events;
@@ -88,6 +89,7 @@ struct Context<P> {
     config: Config,
     classes: Store<StorageClass>,
     events: Events,
+    metrics: Arc<Metrics>,
     /// Failures per object uid, for backoff and thresholds.
     failures: Mutex<HashMap<String, u32>>,
 }
@@ -132,6 +134,7 @@ pub async fn run<P: Provisioner>(
     client: Client,
     provisioner: Arc<P>,
     config: Config,
+    metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let (classes, class_writer) = reflector::store();
@@ -159,6 +162,7 @@ pub async fn run<P: Provisioner>(
     let ctx = Arc::new(Context {
         events: Events::new(Recorder::new(client.clone(), reporter)),
         client: client.clone(),
+        metrics,
         provisioner,
         classes,
         failures: Mutex::default(),

@@ -2,6 +2,7 @@
 //! then the PersistentVolume, then our finalizer.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::api::{DeleteParams, Patch, PatchParams};
@@ -11,6 +12,7 @@ use kube::{Api, Resource, ResourceExt};
 use super::decide::{self, keys, VolumeDecision};
 use super::events::VOLUME_FAILED_DELETE;
 use super::{Context, Error};
+use crate::metrics::Metrics;
 use crate::provisioner::{DeleteState, Provisioner};
 
 pub(super) async fn reconcile<P: Provisioner>(
@@ -27,6 +29,13 @@ pub(super) async fn reconcile<P: Provisioner>(
         tracing::warn!(volume = %name, "giving up after {threshold} failed deletes");
         return Ok(Action::await_change());
     }
+    let class_label = Metrics::class(
+        pv.spec
+            .as_ref()
+            .and_then(|s| s.storage_class_name.as_deref())
+            .unwrap_or_default(),
+    );
+    let started = Instant::now();
     match ctx.provisioner.delete(&plugin, &pv).await {
         Ok(()) => {}
         Err(e) if e.state == DeleteState::Ignored => {
@@ -34,6 +43,10 @@ pub(super) async fn reconcile<P: Provisioner>(
             return Ok(Action::await_change());
         }
         Err(e) => {
+            ctx.metrics
+                .delete_failed_total
+                .get_or_create(&class_label)
+                .inc();
             ctx.events
                 .warning(
                     &pv.object_ref(&()),
@@ -53,6 +66,11 @@ pub(super) async fn reconcile<P: Provisioner>(
     }
     remove_finalizer(&volumes, &pv).await?;
     ctx.succeed(&uid);
+    ctx.metrics.delete_total.get_or_create(&class_label).inc();
+    ctx.metrics
+        .delete_duration
+        .get_or_create(&class_label)
+        .observe(started.elapsed().as_secs_f64());
     tracing::info!(volume = %name, plugin, "deleted volume and its storage");
     Ok(Action::await_change())
 }
