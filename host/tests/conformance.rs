@@ -222,25 +222,31 @@ fn a_broken_plugin_fails_with_a_table_that_says_what_is_wrong() {
     );
 }
 
-#[test]
-fn a_plugin_that_times_out_fails_the_budget_check() {
+/// Runs the suite on the misbehave guest with `behavior` and a policy entry.
+fn misbehave_test(behavior: &str, policy: &str) -> Run {
     let scratch = tempfile::tempdir().unwrap();
     let class = scratch.path().join("sc.yaml");
     std::fs::write(
         &class,
-        "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata: {name: slow}\n\
-         provisioner: wasmprov.io/host\nparameters: {behavior: loop}\n",
+        format!(
+            "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata: {{name: bad}}\n\
+             provisioner: wasmprov.io/host\nparameters: {{behavior: {behavior}}}\n"
+        ),
     )
     .unwrap();
-    let policy = scratch.path().join("policy.yaml");
-    std::fs::write(&policy, "plugins:\n  misbehave:\n    timeout: 200ms\n").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_wasmprov"))
+    let policy_file = scratch.path().join("policy.yaml");
+    std::fs::write(
+        &policy_file,
+        format!("plugins:\n  misbehave:\n    {policy}\n"),
+    )
+    .unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_wasmprov"))
         .args(["plugin", "test"])
         .arg(guest_path("misbehave"))
         .arg("--class")
         .arg(&class)
         .arg("--policy")
-        .arg(&policy)
+        .arg(&policy_file)
         .env(
             "WASMPROV_CACHE_DIR",
             workspace_root().join("target/test-compile-cache"),
@@ -248,16 +254,33 @@ fn a_plugin_that_times_out_fails_the_budget_check() {
         .env("WASMPROV_LOG", "warn")
         .output()
         .unwrap();
-    let run = Run {
-        output: out,
+    Run {
+        output,
         _scratch: scratch,
-    };
+    }
+}
+
+#[test]
+fn a_plugin_that_times_out_fails_the_budget_check() {
+    let run = misbehave_test("loop", "timeout: 200ms");
     assert_eq!(run.output.status.code(), Some(1), "{}", run.report());
     run.assert_row("provision", "FAIL", &["ran out of time", "200ms"]);
     run.assert_row(
         "no timeout, memory or crash",
         "FAIL",
         &["ran out of time", "raise `timeout`"],
+    );
+}
+
+#[test]
+fn a_plugin_that_exhausts_its_memory_fails_the_budget_check() {
+    let run = misbehave_test("oom", "memoryLimit: 16Mi");
+    assert_eq!(run.output.status.code(), Some(1), "{}", run.report());
+    run.assert_row("provision", "FAIL", &["ran out of memory"]);
+    run.assert_row(
+        "no timeout, memory or crash",
+        "FAIL",
+        &["ran out of memory", "raise `memoryLimit`"],
     );
 }
 
