@@ -1040,3 +1040,34 @@ async fn discovery_plain_and_aggregated() {
         ("1", "33")
     );
 }
+
+#[tokio::test]
+async fn lease_optimistic_concurrency_for_leader_election() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let sim = start().await;
+    let leases: Api<Lease> = Api::namespaced(sim.client().unwrap(), "kube-system");
+    let lease: Lease = serde_json::from_value(json!({
+        "metadata": {"name": "wasmprov-leader"},
+        "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15, "renewTime": "2026-01-01T00:00:00.000000Z"}
+    }))
+    .unwrap();
+    let held = leases.create(&PostParams::default(), &lease).await.unwrap();
+    // Two candidates race to take the lease from the same read: exactly one wins.
+    let mut b = held.clone();
+    b.spec.as_mut().unwrap().holder_identity = Some("b".into());
+    let mut c = held.clone();
+    c.spec.as_mut().unwrap().holder_identity = Some("c".into());
+    leases
+        .replace("wasmprov-leader", &PostParams::default(), &b)
+        .await
+        .unwrap();
+    let err = status_of(
+        leases
+            .replace("wasmprov-leader", &PostParams::default(), &c)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((err.code, err.reason.as_str()), (409, "Conflict"));
+    let now = leases.get("wasmprov-leader").await.unwrap();
+    assert_eq!(now.spec.unwrap().holder_identity.as_deref(), Some("b"));
+}
