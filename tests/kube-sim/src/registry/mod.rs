@@ -9,6 +9,9 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
 
+mod admission;
+mod validation;
+
 use crate::convert;
 use crate::error::{ApiError, ApiResult, Target};
 use crate::objects;
@@ -101,59 +104,6 @@ pub struct Registry {
 pub fn target(res: ResourceId, name: &str) -> Target {
     let def = &RESOURCES[res];
     Target::new(def.group, def.plural, name)
-}
-
-fn invalid(res: ResourceId, name: &str, errors: Vec<String>) -> ApiError {
-    let message = if errors.len() == 1 {
-        errors.into_iter().next().unwrap_or_default()
-    } else {
-        format!("[{}]", errors.join(", "))
-    };
-    ApiError::Invalid {
-        target: target(res, name),
-        kind: RESOURCES[res].kind.to_string(),
-        message,
-    }
-}
-
-fn is_dns_subdomain(s: &str) -> bool {
-    s.len() <= 253
-        && s.split('.').all(|part| {
-            !part.is_empty()
-                && part
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !part.starts_with('-')
-                && !part.ends_with('-')
-        })
-}
-
-fn is_dns_label(s: &str) -> bool {
-    s.len() <= 63 && !s.contains('.') && is_dns_subdomain(s)
-}
-
-/// PV spec keys that are not the volume source.
-const PV_NON_SOURCE: &[&str] = &[
-    "accessModes",
-    "capacity",
-    "claimRef",
-    "mountOptions",
-    "nodeAffinity",
-    "persistentVolumeReclaimPolicy",
-    "storageClassName",
-    "volumeMode",
-    "volumeAttributesClassName",
-];
-
-fn pv_source(obj: &Value) -> Vec<(&String, &Value)> {
-    obj.get("spec")
-        .and_then(Value::as_object)
-        .map(|s| {
-            s.iter()
-                .filter(|(k, _)| !PV_NON_SOURCE.contains(&k.as_str()))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 impl Registry {
@@ -264,7 +214,7 @@ impl Registry {
     ) -> ApiResult<Written> {
         let (obj, warnings) = self.decode(res, body, opts.validation)?;
         if res == resources::EVENT_V1 {
-            validate_event_v1(&obj)?;
+            validation::validate_event_v1(&obj)?;
         }
         let stored = convert::to_storage(res, obj);
         self.create_decoded(convert::storage(res), path_ns, stored, opts, warnings, true)
@@ -306,7 +256,7 @@ impl Registry {
             }
         }
         self.prepare_create(res, &mut obj)?;
-        self.validate(res, &obj, None)?;
+        validation::validate(res, &obj, None)?;
         self.admit_create(res, &mut obj)?;
         let now = util::now();
         if track_fields {
@@ -351,7 +301,7 @@ impl Registry {
                     m.insert("name".into(), json!(format!("{prefix}{suffix}")));
                 }
                 None => {
-                    return Err(invalid(
+                    return Err(validation::invalid(
                         res,
                         "",
                         vec![
@@ -384,221 +334,6 @@ impl Registry {
         }
         self.apply_defaults(res, obj);
         Ok(())
-    }
-
-    /// Server-side defaults (the `SetDefaults_*` functions plus strategy resets).
-    fn apply_defaults(&self, res: ResourceId, obj: &mut Value) {
-        let set_default = |obj: &mut Value, path: &str, v: Value| {
-            let slot = objects::path_mut(obj, path);
-            if slot.is_null() {
-                *slot = v;
-            }
-        };
-        match res {
-            resources::PVC => {
-                set_default(obj, "spec.volumeMode", json!("Filesystem"));
-                set_default(obj, "status.phase", json!("Pending"));
-            }
-            resources::PV => {
-                set_default(obj, "spec.persistentVolumeReclaimPolicy", json!("Retain"));
-                set_default(obj, "spec.volumeMode", json!("Filesystem"));
-                set_default(obj, "status.phase", json!("Pending"));
-            }
-            resources::STORAGE_CLASS => {
-                set_default(obj, "reclaimPolicy", json!("Delete"));
-                set_default(obj, "volumeBindingMode", json!("Immediate"));
-            }
-            resources::NAMESPACE => {
-                let name = objects::name(obj).to_string();
-                set_default(obj, "spec.finalizers", json!(["kubernetes"]));
-                set_default(obj, "status.phase", json!("Active"));
-                let m = objects::meta_mut(obj);
-                let labels = m.entry("labels").or_insert_with(|| json!({}));
-                if let Some(l) = labels.as_object_mut() {
-                    l.insert("kubernetes.io/metadata.name".into(), json!(name));
-                }
-            }
-            resources::POD => {
-                set_default(obj, "spec.restartPolicy", json!("Always"));
-                set_default(obj, "spec.dnsPolicy", json!("ClusterFirst"));
-                set_default(obj, "spec.schedulerName", json!("default-scheduler"));
-                set_default(obj, "spec.terminationGracePeriodSeconds", json!(30));
-                set_default(obj, "status.phase", json!("Pending"));
-                set_default(obj, "status.qosClass", json!("BestEffort"));
-            }
-            _ => {}
-        }
-    }
-
-    fn admit_create(&self, res: ResourceId, obj: &mut Value) -> ApiResult<()> {
-        let def = &RESOURCES[res];
-        if def.namespaced {
-            let ns = objects::namespace(obj).to_string();
-            let namespace = self
-                .store
-                .get(resources::NAMESPACE, &(String::new(), ns.clone()))
-                .ok_or_else(|| ApiError::NotFound(target(resources::NAMESPACE, &ns)))?;
-            if objects::is_deleting(&namespace) {
-                return Err(ApiError::Forbidden(format!(
-                    "{} \"{}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated",
-                    def.plural,
-                    objects::name(obj)
-                )));
-            }
-        }
-        if res == resources::PVC && self.admission.default_storage_class {
-            let unset = objects::path(obj, "spec.storageClassName").is_none_or(Value::is_null);
-            if unset {
-                if let Some(class) = self.default_storage_class() {
-                    objects::set_path(obj, "spec.storageClassName", json!(class));
-                }
-            }
-        }
-        if self.admission.protection_finalizers {
-            let finalizer = match res {
-                resources::PVC => Some(PVC_PROTECTION),
-                resources::PV => Some(PV_PROTECTION),
-                _ => None,
-            };
-            if let Some(f) = finalizer {
-                let mut fs = objects::finalizers(obj);
-                if !fs.iter().any(|x| x == f) {
-                    fs.push(f.to_string());
-                    objects::set_finalizers(obj, fs);
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// The default StorageClass (newest one when several are marked default).
-    pub fn default_storage_class(&self) -> Option<String> {
-        self.store
-            .all(resources::STORAGE_CLASS, None)
-            .into_iter()
-            .filter(|sc| objects::annotation(sc, DEFAULT_CLASS_ANNOTATION) == Some("true"))
-            .max_by_key(|sc| objects::meta_str(sc, "creationTimestamp").map(str::to_string))
-            .map(|sc| objects::name(&sc).to_string())
-    }
-
-    fn validate(&self, res: ResourceId, obj: &Value, old: Option<&Value>) -> ApiResult<()> {
-        let name = objects::name(obj).to_string();
-        let mut errs = Vec::new();
-        let name_ok = if res == resources::NAMESPACE {
-            is_dns_label(&name)
-        } else {
-            is_dns_subdomain(&name)
-        };
-        if !name_ok && old.is_none() {
-            errs.push(format!(
-                "metadata.name: Invalid value: \"{name}\": a lowercase RFC 1123 {} must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character",
-                if res == resources::NAMESPACE { "label" } else { "subdomain" }
-            ));
-        }
-        match res {
-            resources::PVC => {
-                if objects::path(obj, "spec.accessModes")
-                    .and_then(Value::as_array)
-                    .is_none_or(Vec::is_empty)
-                {
-                    errs.push(
-                        "spec.accessModes: Required value: at least 1 access mode is required"
-                            .into(),
-                    );
-                }
-                if objects::path(obj, "spec.resources.requests.storage").is_none() {
-                    errs.push("spec.resources[storage]: Required value".into());
-                }
-            }
-            resources::PV => {
-                if objects::path(obj, "spec.capacity.storage").is_none() {
-                    errs.push("spec.capacity: Required value".into());
-                }
-                if objects::path(obj, "spec.accessModes")
-                    .and_then(Value::as_array)
-                    .is_none_or(Vec::is_empty)
-                {
-                    errs.push("spec.accessModes: Required value".into());
-                }
-                let source = pv_source(obj);
-                if source.is_empty() {
-                    errs.push("spec: Required value: must specify a volume type".into());
-                } else if source.len() > 1 {
-                    errs.push("spec: Forbidden: may not specify more than 1 volume type".into());
-                }
-                if source.iter().any(|(k, _)| k.as_str() == "local")
-                    && objects::path(obj, "spec.nodeAffinity").is_none()
-                {
-                    errs.push(
-                        "spec.nodeAffinity: Required value: Local volume requires node affinity"
-                            .into(),
-                    );
-                }
-            }
-            resources::STORAGE_CLASS
-                if objects::path_str(obj, "provisioner").is_none_or(str::is_empty) =>
-            {
-                errs.push("provisioner: Required value".into());
-            }
-            _ => {}
-        }
-        if let Some(old) = old {
-            self.validate_update(res, obj, old, &mut errs);
-        }
-        if errs.is_empty() {
-            Ok(())
-        } else {
-            Err(invalid(res, &name, errs))
-        }
-    }
-
-    fn validate_update(&self, res: ResourceId, new: &Value, old: &Value, errs: &mut Vec<String>) {
-        if objects::is_deleting(old) {
-            let before = objects::finalizers(old);
-            if objects::finalizers(new).iter().any(|f| !before.contains(f)) {
-                errs.push("metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted".into());
-            }
-        }
-        match res {
-            resources::PVC => {
-                let strip = |v: &Value| {
-                    let mut s = v.get("spec").cloned().unwrap_or(Value::Null);
-                    if let Some(m) = s.as_object_mut() {
-                        m.remove("volumeAttributesClassName");
-                        if let Some(r) = m.get_mut("resources").and_then(Value::as_object_mut) {
-                            r.remove("requests");
-                        }
-                    }
-                    s
-                };
-                let (mut a, b) = (strip(old), strip(new));
-                // Binding may fill in an empty volumeName.
-                if objects::path_str(old, "spec.volumeName").is_none_or(str::is_empty) {
-                    if let (Some(m), Some(v)) = (a.as_object_mut(), b.get("volumeName")) {
-                        m.insert("volumeName".into(), v.clone());
-                    }
-                }
-                if a != b {
-                    errs.push("spec: Forbidden: spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims".into());
-                }
-            }
-            resources::PV if pv_source(old) != pv_source(new) => {
-                errs.push("spec.persistentvolumesource: Forbidden: spec.persistentvolumesource is immutable after creation".into());
-            }
-            resources::STORAGE_CLASS => {
-                for f in [
-                    "parameters",
-                    "provisioner",
-                    "reclaimPolicy",
-                    "volumeBindingMode",
-                ] {
-                    if old.get(f) != new.get(f) {
-                        errs.push(format!("{f}: Forbidden: updates to {f} are forbidden."));
-                    }
-                }
-            }
-            _ => {}
-        }
     }
 
     // ---- update / patch ----------------------------------------------------
@@ -763,7 +498,7 @@ impl Registry {
                 }
             }
             self.prepare_update(res, cur, &mut new, sub);
-            self.validate(res, &new, Some(cur))?;
+            validation::validate(res, &new, Some(cur))?;
             if track_fields {
                 let sub_name = if sub == Subresource::Status {
                     "status"
@@ -962,36 +697,4 @@ fn present(api: ResourceId, obj: Arc<Value>) -> Arc<Value> {
 fn present_written(api: ResourceId, mut w: Written) -> Written {
     w.object = present(api, w.object);
     w
-}
-
-/// events.k8s.io/v1 requires what the new event API is about.
-fn validate_event_v1(obj: &Value) -> ApiResult<()> {
-    let mut errs = Vec::new();
-    let has = |f: &str| objects::path_str(obj, f).is_some_and(|s| !s.is_empty());
-    for f in [
-        "eventTime",
-        "reportingController",
-        "reportingInstance",
-        "action",
-        "reason",
-    ] {
-        if !has(f) {
-            errs.push(format!("{f}: Required value"));
-        }
-    }
-    match objects::path_str(obj, "type") {
-        Some("Normal" | "Warning") => {}
-        other => errs.push(format!(
-            "type: Unsupported value: \"{}\": supported values: \"Normal\", \"Warning\"",
-            other.unwrap_or("")
-        )),
-    }
-    if objects::path_str(obj, "note").is_some_and(|n| n.len() > 1024) {
-        errs.push("note: Too long: may not be more than 1024 bytes".into());
-    }
-    if errs.is_empty() {
-        Ok(())
-    } else {
-        Err(invalid(resources::EVENT_V1, objects::name(obj), errs))
-    }
 }
