@@ -718,6 +718,12 @@ async fn binder_flow_end_to_end() {
         "the provisioner made this binding, not the controller"
     );
     assert_eq!(volume.finalizers(), ["kubernetes.io/pv-protection"]);
+    assert!(volume
+        .status
+        .as_ref()
+        .unwrap()
+        .last_phase_transition_time
+        .is_some());
 
     // Claim deleted (no pod uses it) → gone → PV Released (and kept: the provisioner deletes it).
     pvcs.delete("claim", &DeleteParams::default())

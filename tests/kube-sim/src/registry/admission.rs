@@ -8,6 +8,7 @@ use super::{target, Registry, DEFAULT_CLASS_ANNOTATION, PVC_PROTECTION, PV_PROTE
 use crate::error::{ApiError, ApiResult};
 use crate::objects;
 use crate::resources::{self, ResourceId, RESOURCES};
+use crate::util;
 
 impl Registry {
     /// Server-side defaults (the `SetDefaults_*` functions plus strategy resets).
@@ -27,6 +28,7 @@ impl Registry {
                 set_default(obj, "spec.persistentVolumeReclaimPolicy", json!("Retain"));
                 set_default(obj, "spec.volumeMode", json!("Filesystem"));
                 set_default(obj, "status.phase", json!("Pending"));
+                set_default(obj, "status.lastPhaseTransitionTime", json!(util::now()));
             }
             resources::STORAGE_CLASS => {
                 set_default(obj, "reclaimPolicy", json!("Delete"));

@@ -552,6 +552,12 @@ impl Registry {
             if let Some(mf) = managed {
                 objects::meta_mut(new).insert("managedFields".into(), mf);
             }
+            // The PV strategy stamps every phase change (GA since 1.31).
+            if res == resources::PV
+                && objects::path_str(old, "status.phase") != objects::path_str(new, "status.phase")
+            {
+                objects::set_path(new, "status.lastPhaseTransitionTime", json!(util::now()));
+            }
             return;
         }
         let old_meta = objects::meta(old);
