@@ -20,6 +20,9 @@ struct Args {
     /// Seed for generated names, uids and fault injection.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Kubernetes minor version to report (1.N); the preinstalled kubectl dispatcher follows it.
+    #[arg(long, default_value_t = 33)]
+    minor_version: u32,
     /// Where to write a kubeconfig for this server (optional).
     #[arg(long)]
     kubeconfig: Option<std::path::PathBuf>,
@@ -32,6 +35,7 @@ async fn main() -> anyhow::Result<()> {
         bind: SocketAddr::from(([127, 0, 0, 1], args.port)),
         history_window: args.history,
         seed: args.seed,
+        minor_version: args.minor_version,
         ..kube_sim::Config::default()
     };
     let sim = kube_sim::Simulator::start(config)
