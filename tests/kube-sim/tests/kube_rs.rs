@@ -1077,3 +1077,62 @@ async fn lease_optimistic_concurrency_for_leader_election() {
     let now = leases.get("wasmprov-leader").await.unwrap();
     assert_eq!(now.spec.unwrap().holder_identity.as_deref(), Some("b"));
 }
+
+#[tokio::test]
+async fn claim_naming_a_volume_and_recreated_claims() {
+    let sim = start().await;
+    let client = sim.client().unwrap();
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    pvs.create(&PostParams::default(), &pv("chosen", "manual", "1Gi"))
+        .await
+        .unwrap();
+    let mut claim = pvc("picky", Some("manual"), "1Gi");
+    claim.spec.as_mut().unwrap().volume_name = Some("chosen".into());
+    pvcs.create(&PostParams::default(), &claim).await.unwrap();
+    let bound = eventually("claim bound to the volume it named", || {
+        let pvcs = pvcs.clone();
+        async move {
+            let c = pvcs.get("picky").await.ok()?;
+            (c.status.as_ref()?.phase.as_deref() == Some("Bound")).then_some(c)
+        }
+    })
+    .await;
+    // The user chose the volume: the claim is not marked bound-by-controller, the PV is.
+    assert!(!bound
+        .annotations()
+        .contains_key("pv.kubernetes.io/bound-by-controller"));
+    let v = pvs.get("chosen").await.unwrap();
+    assert_eq!(
+        v.annotations()
+            .get("pv.kubernetes.io/bound-by-controller")
+            .map(String::as_str),
+        Some("yes")
+    );
+
+    // Drop the protection finalizer to delete at once, then recreate a claim with the
+    // same name: it has a new uid, so the old volume is Released, not re-bound.
+    pvcs.patch(
+        "picky",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    pvcs.delete("picky", &DeleteParams::default())
+        .await
+        .unwrap();
+    pvcs.create(&PostParams::default(), &pvc("picky", Some("manual"), "1Gi"))
+        .await
+        .unwrap();
+    eventually("old volume Released", || {
+        let pvs = pvs.clone();
+        async move {
+            (pvs.get("chosen").await.ok()?.status?.phase.as_deref() == Some("Released"))
+                .then_some(())
+        }
+    })
+    .await;
+    let again = pvcs.get("picky").await.unwrap();
+    assert_eq!(again.status.unwrap().phase.as_deref(), Some("Pending"));
+}
