@@ -68,6 +68,11 @@ pub fn group(name: &str) -> Option<Value> {
         })
 }
 
+/// `kubectl get all` expands the `all` category; of the served types only pods are in it.
+fn categories(r: &ResourceDef) -> Option<&'static [&'static str]> {
+    (r.group.is_empty() && r.plural == "pods").then_some(&["all"][..])
+}
+
 fn in_gv<'a>(group: &'a str, version: &'a str) -> impl Iterator<Item = &'static ResourceDef> + 'a {
     RESOURCES
         .iter()
@@ -88,8 +93,8 @@ pub fn resource_list(group: &str, version: &str) -> Value {
         if !r.short_names.is_empty() {
             entry["shortNames"] = json!(r.short_names);
         }
-        if r.group == "events.k8s.io" || (r.group.is_empty() && r.plural == "events") {
-            entry["shortNames"] = json!(["ev"]);
+        if let Some(c) = categories(r) {
+            entry["categories"] = json!(c);
         }
         list.push(entry);
         if r.status_subresource {
@@ -132,6 +137,9 @@ pub fn aggregated(core: bool, version: &str) -> Value {
                     });
                     if !r.short_names.is_empty() {
                         e["shortNames"] = json!(r.short_names);
+                    }
+                    if let Some(c) = categories(r) {
+                        e["categories"] = json!(c);
                     }
                     if r.status_subresource {
                         e["subresources"] = json!([{

@@ -155,6 +155,8 @@ async fn create_and_get_print_real_columns() {
             && out.contains("Immediate"),
         "{out}"
     );
+    // `get all` expands the `all` category from discovery.
+    k.ok(&["get", "all"]).await;
     let out = k.ok(&["get", "nodes"]).await;
     assert!(
         out.contains("kube-sim-node") && out.contains("Ready"),
