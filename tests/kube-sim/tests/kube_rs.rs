@@ -1136,3 +1136,35 @@ async fn claim_naming_a_volume_and_recreated_claims() {
     let again = pvcs.get("picky").await.unwrap();
     assert_eq!(again.status.unwrap().phase.as_deref(), Some("Pending"));
 }
+
+#[tokio::test]
+async fn config_maps_are_limited_to_one_mebibyte() {
+    let sim = start().await;
+    let cms: Api<ConfigMap> = Api::namespaced(sim.client().unwrap(), "default");
+    let big = |name: &str, bytes: usize| -> ConfigMap {
+        serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "binaryData": {"plugin.wasm": k8s_openapi::ByteString(vec![0u8; bytes])}
+        }))
+        .unwrap()
+    };
+    // Just under the limit (key included) fits; one byte more is refused with 422.
+    let key = "plugin.wasm".len();
+    cms.create(&PostParams::default(), &big("fits", 1024 * 1024 - key))
+        .await
+        .unwrap();
+    let err = status_of(
+        cms.create(
+            &PostParams::default(),
+            &big("too-big", 1024 * 1024 - key + 1),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!((err.code, err.reason.as_str()), (422, "Invalid"));
+    assert!(
+        err.message.contains("must have at most 1048576 bytes"),
+        "{}",
+        err.message
+    );
+}

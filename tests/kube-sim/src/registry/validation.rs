@@ -117,6 +117,7 @@ pub fn validate(res: ResourceId, obj: &Value, old: Option<&Value>) -> ApiResult<
         {
             errs.push("provisioner: Required value".into());
         }
+        resources::CONFIG_MAP => validate_config_map(obj, &mut errs),
         _ => {}
     }
     if let Some(old) = old {
@@ -207,5 +208,54 @@ pub fn validate_event_v1(obj: &Value) -> ApiResult<()> {
         Ok(())
     } else {
         Err(invalid(resources::EVENT_V1, objects::name(obj), errs))
+    }
+}
+
+/// What one ConfigMap may hold (`MaxConfigMapSize`): keys plus values of
+/// `data` and (decoded) `binaryData`.
+pub const MAX_CONFIG_MAP_BYTES: usize = 1024 * 1024;
+
+fn is_config_key(k: &str) -> bool {
+    !k.is_empty()
+        && k.len() <= 253
+        && k != "."
+        && k != ".."
+        && k.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+fn validate_config_map(obj: &Value, errs: &mut Vec<String>) {
+    let mut total = 0usize;
+    for field in ["data", "binaryData"] {
+        let Some(map) = obj.get(field).and_then(Value::as_object) else {
+            continue;
+        };
+        for (k, v) in map {
+            if !is_config_key(k) {
+                errs.push(format!(
+                    "{field}[{k}]: Invalid value: \"{k}\": a valid config key must consist of alphanumeric characters, '-', '_' or '.'"
+                ));
+            }
+            if field == "binaryData" && obj.get("data").and_then(|d| d.get(k)).is_some() {
+                errs.push(format!(
+                    "data[{k}]: Invalid value: \"{k}\": duplicate of key present in binaryData"
+                ));
+            }
+            let len = v.as_str().map_or(0, |s| {
+                if field == "binaryData" {
+                    // base64 on the wire: count the decoded bytes.
+                    let pad = s.bytes().rev().take_while(|b| *b == b'=').count();
+                    (s.len() / 4 * 3).saturating_sub(pad)
+                } else {
+                    s.len()
+                }
+            });
+            total += k.len() + len;
+        }
+    }
+    if total > MAX_CONFIG_MAP_BYTES {
+        errs.push(format!(
+            "[]: Too long: must have at most {MAX_CONFIG_MAP_BYTES} bytes"
+        ));
     }
 }
