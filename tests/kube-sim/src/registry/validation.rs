@@ -175,6 +175,20 @@ fn validate_update(res: ResourceId, new: &Value, old: &Value, errs: &mut Vec<Str
                 }
             }
         }
+        resources::CONFIG_MAP if old.get("immutable") == Some(&Value::Bool(true)) => {
+            if old.get("immutable") != new.get("immutable") {
+                errs.push(
+                    "immutable: Forbidden: field is immutable when `immutable` is set".into(),
+                );
+            }
+            for f in ["data", "binaryData"] {
+                if old.get(f) != new.get(f) {
+                    errs.push(format!(
+                        "{f}: Forbidden: field is immutable when `immutable` is set"
+                    ));
+                }
+            }
+        }
         _ => {}
     }
 }
