@@ -75,6 +75,8 @@ pub enum ApiError {
     TooManyRequests(String),
     #[error("{0}")]
     ServiceUnavailable(String),
+    #[error("Request entity too large: limit is {0}")]
+    RequestEntityTooLarge(usize),
 }
 
 impl ApiError {
@@ -92,6 +94,7 @@ impl ApiError {
             ApiError::Internal(_) => 500,
             ApiError::TooManyRequests(_) => 429,
             ApiError::ServiceUnavailable(_) => 503,
+            ApiError::RequestEntityTooLarge(_) => 413,
         }
     }
 
@@ -110,6 +113,7 @@ impl ApiError {
             ApiError::Internal(_) => "InternalError",
             ApiError::TooManyRequests(_) => "TooManyRequests",
             ApiError::ServiceUnavailable(_) => "ServiceUnavailable",
+            ApiError::RequestEntityTooLarge(_) => "RequestEntityTooLarge",
         }
     }
 

@@ -1168,3 +1168,39 @@ async fn config_maps_are_limited_to_one_mebibyte() {
         err.message
     );
 }
+
+#[tokio::test]
+async fn watch_timeout_and_oversized_requests() {
+    let sim = start().await;
+    let client = sim.client().unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let rv = cms
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut s = cms
+        .watch(&WatchParams::default().timeout(1), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    let end = tokio::time::timeout(Duration::from_secs(5), s.next())
+        .await
+        .expect("watch ends by its timeout");
+    assert!(end.is_none() && started.elapsed() >= Duration::from_millis(900));
+
+    // Bodies over the real server's 3 MiB limit: 413.
+    let body = vec![b' '; 3 * 1024 * 1024 + 1];
+    let req = http::Request::post("/api/v1/namespaces/default/configmaps")
+        .header("content-type", "application/json")
+        .body(body)
+        .unwrap();
+    let err = status_of(client.request::<Value>(req).await.unwrap_err());
+    assert_eq!(
+        (err.code, err.reason.as_str()),
+        (413, "RequestEntityTooLarge")
+    );
+}

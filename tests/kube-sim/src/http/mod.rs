@@ -109,6 +109,9 @@ async fn handle(server: Arc<ApiServer>, req: Request<Incoming>) -> Response<Body
     if let route::Route::Resource(r) = route {
         let body = match Limited::new(body, MAX_BODY).collect().await {
             Ok(b) => b.to_bytes(),
+            Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+                return error_response(&ApiError::RequestEntityTooLarge(MAX_BODY))
+            }
             Err(e) => {
                 return error_response(&ApiError::BadRequest(format!("reading request body: {e}")))
             }
