@@ -245,3 +245,40 @@ async fn watches_can_be_dropped_or_closed_every_nth() {
     }
     assert!(sim.faults().stats().closed_watches >= 2);
 }
+
+#[tokio::test]
+async fn reflector_converges_under_combined_faults() {
+    use kube::runtime::{reflector, WatchStreamExt};
+    let sim = start().await;
+    let cms = api(&sim);
+    for i in 0..5 {
+        cms.create(&PostParams::default(), &cm(&format!("before-{i}")))
+            .await
+            .unwrap();
+    }
+    // A third of the lists fail, every third watch is cut, history is compacted.
+    sim.faults()
+        .fail_requests(FailureRule::new(0.3, FailWith::Internal).verbs(&["list"]));
+    sim.faults().close_every_nth_watch(3);
+    let (reader, writer) = reflector::store::<ConfigMap>();
+    let stream = reflector(writer, watcher(cms.clone(), watcher::Config::default()))
+        .default_backoff()
+        .applied_objects();
+    let task = tokio::spawn(stream.for_each(|_| async {}));
+    for i in 0..10 {
+        cms.create(&PostParams::default(), &cm(&format!("during-{i}")))
+            .await
+            .unwrap();
+        if i == 5 {
+            sim.faults().compact_history();
+            sim.faults().drop_watches();
+        }
+    }
+    eventually("reflector holds all 15 configmaps", || {
+        let n = reader.state().len();
+        async move { (n == 15).then_some(()) }
+    })
+    .await;
+    assert!(sim.faults().stats().failed_requests > 0 || sim.faults().stats().closed_watches > 0);
+    task.abort();
+}
