@@ -92,6 +92,8 @@ pub enum Error {
     },
     #[error("building a kube client for {url}: {message}")]
     Client { url: String, message: String },
+    #[error("refusing to listen on {0}: the simulated API server has no authentication, use a loopback address such as 127.0.0.1")]
+    NotLoopback(SocketAddr),
     #[error(transparent)]
     Api(#[from] ApiError),
 }
@@ -108,6 +110,10 @@ const NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "kube-nod
 
 impl Simulator {
     pub async fn start(config: Config) -> Result<Simulator, Error> {
+        // No TLS, no authentication: never reachable from another machine.
+        if !config.bind.ip().is_loopback() {
+            return Err(Error::NotLoopback(config.bind));
+        }
         let listener = TcpListener::bind(config.bind)
             .await
             .map_err(|source| Error::Bind {

@@ -153,6 +153,19 @@ async fn generate_name_and_validation() {
 }
 
 #[tokio::test]
+async fn refuses_non_loopback_addresses() {
+    let config = kube_sim::Config {
+        bind: "0.0.0.0:0".parse().unwrap(),
+        ..kube_sim::Config::default()
+    };
+    let err = kube_sim::Simulator::start(config)
+        .await
+        .err()
+        .expect("refused");
+    assert!(err.to_string().contains("loopback"), "{err}");
+}
+
+#[tokio::test]
 async fn unknown_path_is_a_404_status() {
     let sim = start().await;
     let client = sim.client().unwrap();
