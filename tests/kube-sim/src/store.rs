@@ -423,3 +423,68 @@ fn range_ns<'a>(
     map.range((ns.to_string(), String::new())..)
         .take_while(move |(k, _)| k.0 == ns_owned)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::CONFIG_MAP;
+    use serde_json::json;
+
+    fn put(store: &Store, name: &str, data: &str) -> u64 {
+        let key = ("default".to_string(), name.to_string());
+        let obj = json!({"metadata": {"name": name, "namespace": "default"}, "data": {"v": data}});
+        let stored = store
+            .transact(CONFIG_MAP, &key, |_| Ok(Change::Put(obj)))
+            .unwrap()
+            .unwrap();
+        objects::resource_version(&stored).unwrap().parse().unwrap()
+    }
+
+    #[test]
+    fn history_window_and_too_old() {
+        let store = Store::new(3);
+        let first = put(&store, "a", "1");
+        for i in 0..3 {
+            put(&store, "b", &i.to_string());
+        }
+        // Four events, window of three: the event at `first` is forgotten,
+        // but watching *from* it still works (only later events are needed).
+        assert!(store.watch_from(CONFIG_MAP, first).is_ok());
+        let err = store
+            .watch_from(CONFIG_MAP, first - 1)
+            .err()
+            .expect("too old");
+        assert_eq!(err.oldest, first + 1);
+        store.compact();
+        assert!(store.watch_from(CONFIG_MAP, first).is_err());
+        assert!(store.watch_from(CONFIG_MAP, store.current_rv()).is_ok());
+    }
+
+    #[test]
+    fn list_snapshots_undo_later_changes() {
+        let store = Store::new(100);
+        put(&store, "a", "1");
+        let at = put(&store, "b", "1");
+        put(&store, "a", "2");
+        put(&store, "c", "1");
+        let key = ("default".to_string(), "b".to_string());
+        store
+            .transact(CONFIG_MAP, &key, |_| Ok(Change::Delete))
+            .unwrap();
+        let page = store
+            .list(CONFIG_MAP, Some("default"), Some(at), None, None, &|_| true)
+            .unwrap();
+        let seen: Vec<(String, String)> = page
+            .items
+            .iter()
+            .map(|o| {
+                (
+                    objects::name(o).to_string(),
+                    o["data"]["v"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .collect();
+        assert_eq!(seen, [("a".into(), "1".into()), ("b".into(), "1".into())]);
+        assert_eq!(page.rv, at);
+    }
+}

@@ -1200,6 +1200,14 @@ async fn watch_timeout_and_oversized_requests() {
         .await
         .unwrap()
         .boxed();
+    // A final bookmark (bookmarks are allowed by default), then the end of the stream.
+    let last = tokio::time::timeout(Duration::from_secs(5), s.next())
+        .await
+        .expect("bookmark before the end");
+    assert!(
+        matches!(&last, Some(Ok(WatchEvent::Bookmark(b))) if b.metadata.resource_version == rv),
+        "{last:?}"
+    );
     let end = tokio::time::timeout(Duration::from_secs(5), s.next())
         .await
         .expect("watch ends by its timeout");

@@ -310,7 +310,13 @@ async fn run(server: Arc<ApiServer>, tx: mpsc::Sender<Bytes>, s: Stream) {
     );
     loop {
         let first = tokio::select! {
-            _ = &mut deadline => return,
+            _ = &mut deadline => {
+                // Like the watch cache: a last bookmark lets the client resume from the freshest revision.
+                if bookmarks {
+                    let _ = tx.send(encoder.bookmark(seen, false)).await;
+                }
+                return;
+            }
             _ = tx.closed() => return,
             _ = dropped.changed() => {
                 faults.note_dropped_watch();
