@@ -136,3 +136,78 @@ pub fn group_version(path: &str) -> Option<Value> {
         "components": {"schemas": schemas}
     }))
 }
+
+/// Minimal protobuf writer for the OpenAPI v2 document below.
+mod pb {
+    fn varint(out: &mut Vec<u8>, mut v: u64) {
+        while v >= 0x80 {
+            out.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+
+    /// A length-delimited field (strings and sub-messages).
+    pub fn field(out: &mut Vec<u8>, number: u32, bytes: &[u8]) {
+        varint(out, u64::from(number) << 3 | 2);
+        varint(out, bytes.len() as u64);
+        out.extend_from_slice(bytes);
+    }
+
+    pub fn message(fields: &[(u32, Vec<u8>)]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (n, b) in fields {
+            field(&mut out, *n, b);
+        }
+        out
+    }
+}
+
+/// `/openapi/v2` as protobuf (gnostic `openapi.v2.Document`), for kubectl 1.27
+/// and 1.28: only PATCH operations with their GVK and the `fieldValidation`
+/// query parameter, which is what kubectl checks before letting the server
+/// validate (`fieldValidation=Strict`). No schema definitions.
+pub fn v2_protobuf() -> Vec<u8> {
+    let s = |v: &str| v.as_bytes().to_vec();
+    // Document.paths(8) → Paths.path(2) → NamedPathItem{name(1), value(2): PathItem.patch(8)}
+    let mut paths = Vec::new();
+    for r in RESOURCES {
+        let base = format!("/{}", gv_path(r.group, r.version));
+        let item = if r.namespaced {
+            format!("{base}/namespaces/{{namespace}}/{}/{{name}}", r.plural)
+        } else {
+            format!("{base}/{}/{{name}}", r.plural)
+        };
+        let query = |name: &str| {
+            // ParametersItem.parameter(1) → Parameter.non_body_parameter(2)
+            // → NonBodyParameter.query_parameter_sub_schema(3) → {in(2), name(4), type(6)}
+            let qp = pb::message(&[(2, s("query")), (4, s(name)), (6, s("string"))]);
+            let nbp = pb::message(&[(3, qp)]);
+            let param = pb::message(&[(2, nbp)]);
+            pb::message(&[(1, param)])
+        };
+        let ext = |name: &str, yaml: String| {
+            // NamedAny{name(1), value(2): Any.yaml(2)}
+            pb::message(&[(1, s(name)), (2, pb::message(&[(2, yaml.into_bytes())]))])
+        };
+        let gvk = format!(
+            "group: \"{}\"\nkind: {}\nversion: {}\n",
+            r.group, r.kind, r.version
+        );
+        let mut op = Vec::new();
+        pb::field(&mut op, 5, format!("patch{}", r.kind).as_bytes());
+        for p in ["dryRun", "fieldManager", "fieldValidation", "force"] {
+            pb::field(&mut op, 8, &query(p));
+        }
+        pb::field(&mut op, 13, &ext("x-kubernetes-action", "patch\n".into()));
+        pb::field(&mut op, 13, &ext("x-kubernetes-group-version-kind", gvk));
+        let path_item = pb::message(&[(8, op)]);
+        pb::field(
+            &mut paths,
+            2,
+            &pb::message(&[(1, s(&item)), (2, path_item)]),
+        );
+    }
+    let info = pb::message(&[(1, s("Kubernetes")), (2, s("v1.33.0"))]);
+    pb::message(&[(1, s("2.0")), (2, info), (8, paths)])
+}

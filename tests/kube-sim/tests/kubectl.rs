@@ -477,10 +477,9 @@ async fn standalone_binary_serves_kubectl_with_just_a_server_flag() {
 
 #[tokio::test]
 async fn older_kubectl_versions_work_too() {
-    // The dispatcher runs the kubectl matching the server's minor version.
-    // (1.27 and 1.28 validate with the protobuf /openapi/v2, which is not served:
-    // they need --validate=false.)
-    for minor in [29, 31] {
+    // The dispatcher runs the kubectl matching the server's minor version;
+    // 1.27 and 1.28 check field-validation support in the protobuf /openapi/v2.
+    for minor in [27, 28, 29, 31] {
         let k = Kubectl::start_with(kube_sim::Config {
             minor_version: minor,
             ..kube_sim::Config::default()

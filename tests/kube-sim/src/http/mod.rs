@@ -173,6 +173,11 @@ async fn handle(server: Arc<ApiServer>, req: Request<Incoming>) -> Response<Body
             Some(doc) => json_response(200, &doc),
             None => error_response(&ApiError::UnknownPath),
         },
-        OpenApiV2 | Resource(_) => error_response(&ApiError::UnknownPath),
+        OpenApiV2 => bytes_response(
+            200,
+            openapi::v2_protobuf(),
+            "application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
+        ),
+        Resource(_) => error_response(&ApiError::UnknownPath),
     }
 }
