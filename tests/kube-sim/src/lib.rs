@@ -27,6 +27,7 @@ mod http;
 pub mod objects;
 mod openapi;
 pub mod patch;
+mod protobuf;
 pub mod registry;
 pub mod resources;
 pub mod selectors;

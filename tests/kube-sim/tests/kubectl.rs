@@ -499,3 +499,52 @@ async fn older_kubectl_versions_work_too() {
         assert!(out.is_empty(), "kubectl 1.{minor}: {out}");
     }
 }
+
+#[tokio::test]
+async fn create_namespace_and_configmap_from_file_use_protobuf() {
+    // kubectl's generators send protobuf bodies; operators deliver plugins this way.
+    let k = Kubectl::start().await;
+    assert!(k
+        .ok(&["create", "namespace", "plugins"])
+        .await
+        .contains("namespace/plugins created"));
+    let dir = tempfile::tempdir().unwrap();
+    let wasm: Vec<u8> = (0..50_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let path = dir.path().join("hostpath.wasm");
+    std::fs::write(&path, &wasm).unwrap();
+    let from_file = format!("--from-file={}", path.display());
+    let out = k
+        .ok(&[
+            "-n",
+            "plugins",
+            "create",
+            "configmap",
+            "hostpath",
+            &from_file,
+            "--from-literal=plugin=hostpath",
+        ])
+        .await;
+    assert!(out.contains("configmap/hostpath created"), "{out}");
+
+    let client = k.sim.client().unwrap();
+    let cms: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(client, "plugins");
+    let cm = cms.get("hostpath").await.unwrap();
+    assert_eq!(cm.binary_data.unwrap()["hostpath.wasm"].0, wasm);
+    assert_eq!(cm.data.unwrap()["plugin"], "hostpath");
+
+    // Over 1 MiB: refused by the server, as on a real cluster.
+    let big = dir.path().join("big.wasm");
+    std::fs::write(&big, vec![1u8; 1024 * 1024 + 1]).unwrap();
+    let out = k
+        .run(&[
+            "-n",
+            "plugins",
+            "create",
+            "configmap",
+            "big",
+            &format!("--from-file={}", big.display()),
+        ])
+        .await;
+    assert!(!out.ok && out.stderr.contains("Too long"), "{}", out.stderr);
+}

@@ -15,6 +15,7 @@ use crate::convert;
 use crate::error::{ApiError, ApiResult};
 use crate::objects;
 use crate::patch::PatchType;
+use crate::protobuf;
 use crate::registry::{DeleteOpts, Registry, Subresource, Validation, WriteOpts, Written};
 use crate::resources::{self, ResourceId, RESOURCES};
 use crate::selectors::{FieldSelector, LabelSelector};
@@ -110,6 +111,7 @@ fn parse_body(ctx: &RequestCtx) -> ApiResult<Value> {
     match ct {
         "" | "application/json" | "*/*" => serde_json::from_slice(&ctx.body)
             .map_err(|e| ApiError::BadRequest(format!("error decoding request body as JSON: {e}"))),
+        "application/vnd.kubernetes.protobuf" => protobuf::decode(&ctx.body),
         "application/yaml" => serde_yaml::from_slice(&ctx.body)
             .map_err(|e| ApiError::BadRequest(format!("error decoding request body as YAML: {e}"))),
         _ => Err(ApiError::UnsupportedMediaType(
