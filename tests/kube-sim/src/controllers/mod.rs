@@ -5,6 +5,7 @@
 pub mod events;
 mod namespace;
 mod protection;
+mod provisioning;
 pub mod pv;
 
 use std::sync::Arc;

@@ -1,7 +1,7 @@
-//! The part of kube-controller-manager's persistentvolume-controller a
-//! provisioner depends on: external-provisioner annotations on pending
-//! claims, binding (in the real order, with the real annotations and phases),
-//! `Released` when the claim goes, `Lost` when the volume goes.
+//! The binding half of kube-controller-manager's persistentvolume-controller:
+//! binding (in the real order, with the real annotations and phases), static
+//! matching, `Released` when the claim goes, `Lost` when the volume goes, and
+//! reclaim. The provisioning half is in `provisioning.rs`.
 
 use std::sync::Arc;
 
@@ -20,11 +20,11 @@ pub const ANN_BOUND_BY_CONTROLLER: &str = "pv.kubernetes.io/bound-by-controller"
 pub const ANN_BIND_COMPLETED: &str = "pv.kubernetes.io/bind-completed";
 pub const ANN_PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
 
-const COMPONENT: &str = "persistentvolume-controller";
+pub(super) const COMPONENT: &str = "persistentvolume-controller";
 
 pub struct PvController {
-    registry: Arc<Registry>,
-    recorder: Recorder,
+    pub(super) registry: Arc<Registry>,
+    pub(super) recorder: Recorder,
     pub binder: bool,
     pub provisioner_annotations: bool,
 }
@@ -180,81 +180,7 @@ impl PvController {
         if !self.provisioner_annotations {
             return;
         }
-        let selected = objects::annotation(claim, ANN_SELECTED_NODE).is_some();
-        match class {
-            _ if delay && !selected => self.recorder.event(
-                PVC,
-                claim,
-                "Normal",
-                "WaitForFirstConsumer",
-                "waiting for first consumer to be created before binding",
-            ),
-            Some(class) => {
-                let provisioner = class
-                    .get("provisioner")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_string();
-                if provisioner.starts_with("kubernetes.io/") {
-                    self.recorder.event(
-                        PVC,
-                        claim,
-                        "Warning",
-                        "ProvisioningFailed",
-                        &format!("no volume plugin matched name: {provisioner}"),
-                    );
-                    return;
-                }
-                let annotated = objects::annotation(claim, ANN_STORAGE_PROVISIONER)
-                    == Some(provisioner.as_str())
-                    && objects::annotation(claim, ANN_BETA_STORAGE_PROVISIONER)
-                        == Some(provisioner.as_str());
-                let current = if annotated {
-                    Some(claim.clone())
-                } else {
-                    self.registry
-                        .modify(
-                            PVC,
-                            objects::namespace(claim),
-                            objects::name(claim),
-                            Subresource::Main,
-                            COMPONENT,
-                            |c| {
-                                objects::set_annotation(c, ANN_STORAGE_PROVISIONER, &provisioner);
-                                objects::set_annotation(
-                                    c,
-                                    ANN_BETA_STORAGE_PROVISIONER,
-                                    &provisioner,
-                                );
-                            },
-                        )
-                        .ok()
-                };
-                if let Some(c) = current {
-                    self.recorder.event(
-                        PVC,
-                        &c,
-                        "Normal",
-                        "ExternalProvisioning",
-                        &format!("Waiting for a volume to be created either by the external provisioner '{provisioner}' or manually by the system administrator. If volume creation is delayed, please verify that the provisioner is running and correctly registered."),
-                    );
-                }
-            }
-            None if !class_name.is_empty() => self.recorder.event(
-                PVC,
-                claim,
-                "Warning",
-                "ProvisioningFailed",
-                &format!("storageclass.storage.k8s.io \"{class_name}\" not found"),
-            ),
-            None => self.recorder.event(
-                PVC,
-                claim,
-                "Normal",
-                "FailedBinding",
-                "no persistent volumes available for this claim and no storage class is set",
-            ),
-        }
+        self.request_provisioning(claim, &class_name, class.as_deref(), delay);
     }
 
     /// A volume pre-bound to the claim, else (unless binding is delayed) the
