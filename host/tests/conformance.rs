@@ -285,6 +285,18 @@ fn a_plugin_that_exhausts_its_memory_fails_the_budget_check() {
 }
 
 #[test]
+fn a_component_of_another_world_fails_to_load_and_nothing_else_runs() {
+    let run = plugin_test(&guest_path("other-world"), None);
+    assert_eq!(run.output.status.code(), Some(1), "{}", run.report());
+    run.assert_row("load", "FAIL", &["a component of another world"]);
+    assert!(
+        run.stdout().contains("nothing else was tested") && run.row("provision").is_none(),
+        "{}",
+        run.report()
+    );
+}
+
+#[test]
 fn without_a_class_the_suite_says_what_to_pass() {
     let run = plugin_test(&plugin_path("hostpath"), None);
     assert_eq!(run.output.status.code(), Some(1), "{}", run.report());

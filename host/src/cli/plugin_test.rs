@@ -491,7 +491,7 @@ impl Suite {
     ) -> Result<PersistentVolume, ProvisionError> {
         let started = Instant::now();
         let result = self.provisioner.provision(opts).await;
-        self.record_call(check, started.elapsed());
+        self.record_call(started.elapsed());
         if let Err(e) = &result {
             let plugin_prefix = format!("plugin {}: ", self.provisioner.plugin().name());
             match e.message.strip_prefix(&plugin_prefix) {
@@ -513,7 +513,7 @@ impl Suite {
     async fn delete_call(&mut self, check: &str, pv: &PersistentVolume) -> Result<(), DeleteError> {
         let started = Instant::now();
         let result = self.provisioner.delete(pv).await;
-        self.record_call(check, started.elapsed());
+        self.record_call(started.elapsed());
         if let Err(e) = &result {
             self.record_sandbox_failure(check, &e.message);
         }
@@ -530,7 +530,7 @@ impl Suite {
             })
     }
 
-    fn record_call(&mut self, _check: &str, elapsed: Duration) {
+    fn record_call(&mut self, elapsed: Duration) {
         self.observed.calls += 1;
         self.observed.slowest = self.observed.slowest.max(elapsed);
     }
