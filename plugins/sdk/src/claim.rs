@@ -78,3 +78,107 @@ pub fn selected_node<'a>(
 pub fn annotation<'a>(request: &'a ProvisionRequest, key: &str) -> Option<&'a str> {
     crate::lookup(&request.claim.annotations, key)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{AccessMode, Claim, DataSource, LabelSelector, Node, ReclaimPolicy, StorageClass};
+
+    fn request() -> ProvisionRequest {
+        ProvisionRequest {
+            pv_name: "pvc-1".to_string(),
+            claim: Claim {
+                name: "data".to_string(),
+                namespace: "apps".to_string(),
+                uid: "1".to_string(),
+                requested_bytes: 5,
+                limit_bytes: None,
+                access_modes: vec![AccessMode::ReadWriteOnce],
+                volume_mode: VolumeMode::Filesystem,
+                selector: None,
+                labels: Vec::new(),
+                annotations: vec![("a".to_string(), "b".to_string())],
+                data_source: None,
+            },
+            storage_class: StorageClass {
+                name: "c".to_string(),
+                provisioner: "wasmprov.io/host".to_string(),
+                parameters: Vec::new(),
+                reclaim_policy: ReclaimPolicy::Delete,
+                mount_options: Vec::new(),
+                volume_binding_mode: VolumeBindingMode::Immediate,
+                allowed_topologies: Vec::new(),
+            },
+            selected_node: None,
+        }
+    }
+
+    fn refused(r: &ProvisionRequest) -> String {
+        match check_filesystem_claim("demo", r) {
+            Err(ProvisionError::InvalidArgument(m)) => m,
+            other => panic!("expected invalid-argument, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn filesystem_claims_are_checked_field_by_field() {
+        assert_eq!(check_filesystem_claim("demo", &request()).unwrap(), 5);
+        assert_eq!(annotation(&request(), "a"), Some("b"));
+        let mut r = request();
+        r.claim.requested_bytes = 0;
+        assert!(refused(&r).contains("0 bytes"));
+        let mut r = request();
+        r.claim.access_modes.clear();
+        assert!(refused(&r).contains("no access modes"));
+        let mut r = request();
+        r.claim.volume_mode = VolumeMode::Block;
+        assert!(refused(&r).contains("the demo plugin only provides filesystem volumes"));
+        let mut r = request();
+        r.claim.data_source = Some(DataSource {
+            api_group: String::new(),
+            kind: "PersistentVolumeClaim".to_string(),
+            name: "src".to_string(),
+            namespace: None,
+        });
+        assert!(refused(&r).contains("PersistentVolumeClaim \"src\""));
+        let mut r = request();
+        r.claim.selector = Some(LabelSelector {
+            match_labels: Vec::new(),
+            match_expressions: Vec::new(),
+        });
+        assert!(refused(&r).contains("spec.selector"));
+        let mut r = request();
+        r.pv_name = "../x".to_string();
+        assert!(refused(&r).contains("invalid volume name"));
+    }
+
+    #[test]
+    fn selected_node_says_how_to_fix_the_class() {
+        let mut r = request();
+        let err = selected_node(&r, "pinning").unwrap_err();
+        assert!(
+            matches!(&err, ProvisionError::InvalidArgument(m) if m.contains("set it to WaitForFirstConsumer")),
+            "{err:?}"
+        );
+        r.storage_class.volume_binding_mode = VolumeBindingMode::WaitForFirstConsumer;
+        assert!(matches!(
+            selected_node(&r, "pinning"),
+            Err(ProvisionError::InvalidArgument(m)) if m.contains("pass --node")
+        ));
+        r.selected_node = Some(Node {
+            name: "n1".to_string(),
+            labels: vec![(HOSTNAME_LABEL.to_string(), "host-1".to_string())],
+        });
+        let node = selected_node(&r, "pinning").unwrap();
+        let affinity = crate::pin_to_node(node);
+        assert_eq!(affinity.terms[0].match_expressions[0].values, ["host-1"]);
+        let bare = Node {
+            name: "n2".to_string(),
+            labels: Vec::new(),
+        };
+        assert_eq!(
+            crate::pin_to_node(&bare).terms[0].match_expressions[0].values,
+            ["n2"]
+        );
+    }
+}
