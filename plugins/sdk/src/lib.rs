@@ -3,7 +3,7 @@
 //! A plugin is a `cdylib` crate that depends on this one, implements
 //! [`Plugin`] and calls [`export_plugin!`]:
 //!
-//! ```ignore
+//! ```no_run
 //! use wasmprov_plugin::*;
 //!
 //! struct Mine;
