@@ -563,8 +563,7 @@ fn static_pool_hands_out_each_volume_once_and_takes_it_back_on_delete() {
     );
     let policy = s.write(
         "policy.yaml",
-        "plugins:\n  static-pool:\n    memoryLimit: 128Mi\n    \
-         preopens: [{host: @@/pool, guest: /pool, mode: read-write}]\n",
+        "plugins:\n  static-pool:\n    preopens: [{host: @@/pool, guest: /pool, mode: read-write}]\n",
     );
     let class = s.class("small", "static-pool", "pool: small");
     let a = s.claim("a", "1Gi", "");
