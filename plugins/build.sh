@@ -355,6 +355,23 @@ install_outputs() {
     done
 }
 
+# Removes outputs whose plugin or guest no longer exists (a renamed or
+# deleted directory), so that target/plugins/ lists exactly the plugins here.
+remove_stale_outputs() {
+    local out entry known
+    for out in "$PLUGINS_OUT"/*.wasm "$GUESTS_OUT"/*.wasm; do
+        [[ -f "$out" ]] || continue
+        known=0
+        for entry in ${OUTPUTS[@]+"${OUTPUTS[@]}"}; do
+            [[ "${entry#*$'\t'}" == "$out" ]] && known=1 && break
+        done
+        if [[ $known == 0 ]]; then
+            echo "plugins/build.sh: removing ${out#"$ROOT"/}: no such plugin or guest any more" >&2
+            rm -f "$out"
+        fi
+    done
+}
+
 # ---------------------------------------------------------------------------
 # Build
 # ---------------------------------------------------------------------------
@@ -364,3 +381,4 @@ build_c
 build_javascript
 build_python
 install_outputs
+remove_stale_outputs
