@@ -84,6 +84,7 @@ impl Cluster {
         config.retry_base = Duration::from_millis(100);
         config.max_retry = Duration::from_secs(1);
         config.save_attempts = 3;
+        config.shutdown_grace = Duration::from_secs(2);
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         self.stop = Some(tx);
         self.host = Some(tokio::spawn(lifecycle::run(
@@ -514,4 +515,145 @@ async fn a_restarted_host_makes_exactly_one_volume_per_claim() {
         5,
         "one directory per claim"
     );
+}
+
+/// Two replicas: only the lease holder provisions; when it stops, the other
+/// takes over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_leader_election_only_the_leader_provisions_and_a_standby_takes_over() {
+    use wasmprov::leader::{run_as_leader, LeaseConfig};
+
+    let c = Cluster::start(&[hostpath()]).await;
+    c.hostpath_class("fast", serde_json::json!({})).await;
+    // Replace the harness's host with two elected replicas.
+    let mut c = c;
+    c.stop_host().await;
+
+    let replica = |identity: &str| {
+        let client = c.client.clone();
+        let mut lease = LeaseConfig::new("default", "wasmprov.io-host", identity);
+        lease.lease_duration = Duration::from_secs(2);
+        lease.renew_deadline = Duration::from_millis(1500);
+        lease.retry_period = Duration::from_millis(200);
+        let metrics = Arc::new(Metrics::default());
+        let plugins_dir = c._plugins_dir.path().to_owned();
+        let volumes = c.volumes_dir.path().to_owned();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let m = metrics.clone();
+        let task = tokio::spawn(async move {
+            let policy = format!(
+                "plugins:\n  hostpath:\n    preopens: [{{host: {}, guest: /volumes, mode: read-write}}]\n",
+                volumes.display()
+            );
+            let policies = PolicySet::parse(&policy, Path::new("policy.yaml")).unwrap();
+            let runtime = Runtime::new(RuntimeConfig {
+                cache_dir: Some(workspace_root().join("target/test-compile-cache")),
+                ..RuntimeConfig::default()
+            })
+            .unwrap();
+            let registry =
+                PluginRegistry::load_dir(Arc::new(runtime), &plugins_dir, &policies, m.clone())
+                    .await
+                    .unwrap();
+            let mut config = lifecycle::Config::new(PROVISIONER);
+            config.retry_base = Duration::from_millis(100);
+            config.shutdown_grace = Duration::from_secs(2);
+            let work = lifecycle::run(
+                client.clone(),
+                Arc::new(registry),
+                config,
+                m.clone(),
+                async move {
+                    let _ = rx.await;
+                },
+            );
+            let gauge = m.clone();
+            let _ = run_as_leader(
+                client,
+                lease,
+                move |l| {
+                    gauge.leader.set(i64::from(l));
+                },
+                work,
+            )
+            .await;
+        });
+        (metrics, tx, task)
+    };
+    let (metrics_a, stop_a, task_a) = replica("replica-a");
+    eventually("replica-a leads", || async {
+        (metrics_a.leader.get() == 1).then_some(())
+    })
+    .await;
+    let (metrics_b, stop_b, task_b) = replica("replica-b");
+
+    c.claim("first", "fast", serde_json::json!({})).await;
+    c.bound_volume("first").await;
+    let provisioned = |m: &Metrics| {
+        m.encode()
+            .contains("controller_persistentvolumeclaim_provision_total{class=\"fast\"} 1")
+    };
+    assert!(provisioned(&metrics_a), "the leader provisioned");
+    assert!(!provisioned(&metrics_b), "the standby did not");
+    assert_eq!(metrics_b.leader.get(), 0);
+
+    // The leader stops (and releases the lease): the standby takes over.
+    let _ = stop_a.send(());
+    let _ = task_a.await;
+    eventually("replica-b leads", || async {
+        (metrics_b.leader.get() == 1).then_some(())
+    })
+    .await;
+    c.claim("second", "fast", serde_json::json!({})).await;
+    c.bound_volume("second").await;
+    assert!(provisioned(&metrics_b), "the new leader provisioned");
+    let _ = stop_b.send(());
+    let _ = task_b.await;
+}
+
+/// A flaky API server: watches drop, a fraction of writes fail with 500, 429
+/// or 409. Every claim still ends up bound to exactly one volume, and no
+/// storage leaks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_claim_is_bound_exactly_once_despite_api_faults() {
+    use kube_sim::{FailWith, FailureRule};
+
+    let c = Cluster::start(&[hostpath()]).await;
+    c.hostpath_class("fast", serde_json::json!({})).await;
+    let faults = c.sim.faults();
+    faults.close_every_nth_watch(3);
+    for fail_with in [
+        FailWith::Internal,
+        FailWith::TooManyRequests,
+        FailWith::Conflict,
+    ] {
+        faults.fail_requests(
+            FailureRule::new(0.1, fail_with)
+                .verbs(&["create", "update", "patch", "delete"])
+                .resources(&["persistentvolumes"]),
+        );
+    }
+    let n = 12;
+    for i in 0..n {
+        c.claim(&format!("c{i}"), "fast", serde_json::json!({}))
+            .await;
+    }
+    let mut names = std::collections::BTreeSet::new();
+    for i in 0..n {
+        names.insert(c.bound_volume(&format!("c{i}")).await.name_any());
+    }
+    let stats = faults.stats();
+    faults.clear();
+    assert!(stats.failed_requests > 0, "faults were injected: {stats:?}");
+    assert!(stats.closed_watches > 0, "watches were dropped: {stats:?}");
+    assert_eq!(names.len(), n, "each claim has its own volume");
+    let volumes = c
+        .volumes()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(volumes.len(), n, "no extra volumes");
+    let dirs = std::fs::read_dir(c.volumes_dir.path()).unwrap().count();
+    assert_eq!(dirs, n, "no leaked directories");
 }

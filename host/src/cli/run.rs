@@ -8,6 +8,7 @@ use anyhow::Context;
 use clap::Args;
 
 use super::RuntimeArgs;
+use crate::leader::{self, LeaseConfig};
 use crate::lifecycle::{self, Names};
 use crate::metrics::Metrics;
 use crate::ops::{self, Ops};
@@ -74,6 +75,15 @@ pub struct RunArgs {
     /// Address of the /metrics, /healthz and /readyz endpoints.
     #[arg(long, default_value = "0.0.0.0:8080", env = "WASMPROV_METRICS_ADDRESS")]
     pub metrics_address: SocketAddr,
+    /// Elect a leader through a Lease so only one replica provisions.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "WASMPROV_LEADER_ELECTION")]
+    pub leader_election: bool,
+    /// Namespace of the leader Lease [default: $POD_NAMESPACE, else "default"].
+    #[arg(long, env = "WASMPROV_LEADER_ELECTION_NAMESPACE")]
+    pub leader_election_namespace: Option<String>,
+    /// This replica's identity in the Lease [default: $POD_NAME, else the host name].
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
     #[command(flatten)]
     pub lifecycle: LifecycleArgs,
     #[command(flatten)]
@@ -99,15 +109,45 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let server = tokio::spawn(ops::serve(listener, ops.clone()));
     let registry = load_plugins(&args.plugins_dir, &args.runtime, ops.metrics.clone()).await?;
     ops.set_ready(true);
+    let config = args.lifecycle.config();
     let lifecycle = lifecycle::run(
-        client,
+        client.clone(),
         Arc::new(registry),
-        args.lifecycle.config(),
+        config.clone(),
         ops.metrics.clone(),
         shutdown_signal(),
     );
+    let work = async {
+        if !args.leader_election {
+            ops.metrics.leader.set(1);
+            lifecycle.await;
+            return Ok(());
+        }
+        let namespace = args
+            .leader_election_namespace
+            .clone()
+            .or_else(|| std::env::var("POD_NAMESPACE").ok())
+            .unwrap_or_else(|| "default".to_owned());
+        let identity = args.identity.clone().unwrap_or_else(default_identity);
+        let lease = LeaseConfig::new(
+            &namespace,
+            &leader::lease_name(&config.names.primary),
+            &identity,
+        );
+        let metrics = ops.metrics.clone();
+        leader::run_as_leader(
+            client,
+            lease,
+            move |l| {
+                metrics.leader.set(i64::from(l));
+            },
+            lifecycle,
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!(e).context("stopping: another replica may take over"))
+    };
     tokio::select! {
-        () = lifecycle => Ok(()),
+        r = work => r,
         r = server => match r {
             Ok(Err(e)) => Err(anyhow::anyhow!(e).context(format!("cannot serve metrics on {}", args.metrics_address))),
             _ => Ok(()),
@@ -137,6 +177,14 @@ pub async fn load_plugins(
     PluginRegistry::load_dir(Arc::new(runtime), dir, &policies, metrics)
         .await
         .with_context(|| format!("cannot read the plugins directory {}", dir.display()))
+}
+
+/// The host name plus the process id: unique enough among replicas.
+fn default_identity() -> String {
+    let host = std::fs::read_to_string("/etc/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "wasmprov".to_owned());
+    format!("{host}-{}", std::process::id())
 }
 
 /// Completes on Ctrl-C or SIGTERM (what Kubernetes sends to stop a pod).

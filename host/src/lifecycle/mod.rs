@@ -50,6 +50,8 @@ pub struct Config {
     pub save_attempts: usize,
     /// Reported as the source of events (`reportingController`).
     pub controller_name: String,
+    /// How long a stopping host lets reconciles in progress finish.
+    pub shutdown_grace: Duration,
 }
 
 impl Config {
@@ -67,6 +69,7 @@ impl Config {
             max_retry: Duration::from_secs(300),
             save_attempts: 5,
             controller_name: "wasmprov".to_owned(),
+            shutdown_grace: Duration::from_secs(10),
         }
     }
 }
@@ -135,7 +138,7 @@ pub async fn run<P: Provisioner>(
     provisioner: Arc<P>,
     config: Config,
     metrics: Arc<Metrics>,
-    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+    shutdown: impl Future<Output = ()> + Send,
 ) {
     let (classes, class_writer) = reflector::store();
     let class_stream = reflector::reflector(
@@ -148,7 +151,10 @@ pub async fn run<P: Provisioner>(
     .default_backoff()
     .touched_objects()
     .for_each(|_| async {});
-    let class_task = tokio::spawn(class_stream);
+    // Every task of the lifecycle lives in this set: dropping the lifecycle
+    // future (e.g. when the leader lease is lost) aborts them all at once.
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(class_stream);
     // Decisions need the classes: do not start before they are known.
     if classes.wait_until_ready().await.is_err() {
         tracing::error!("the StorageClass watch stopped before it was ready");
@@ -198,13 +204,27 @@ pub async fn run<P: Provisioner>(
             tracing::debug!(error = %e, "volume reconcile");
         }
     });
-    let signal = async move {
-        shutdown.await;
-        let _ = stop_tx.send(true);
-    };
     tracing::info!(provisioner = %config.names.primary, workers = config.workers, "provisioning lifecycle started");
-    tokio::join!(claims, volumes, signal);
-    class_task.abort();
+    let mut controllers = tokio::task::JoinSet::new();
+    controllers.spawn(claims);
+    controllers.spawn(volumes);
+    tokio::select! {
+        () = shutdown => {}
+        _ = controllers.join_next() => tracing::error!("a controller stopped unexpectedly"),
+    }
+    // Let reconciles in progress finish (a provision half-way would leak),
+    // but not forever: requeued work waits for the next start.
+    let _ = stop_tx.send(true);
+    let grace = config.shutdown_grace;
+    let drained = tokio::time::timeout(grace, async {
+        while controllers.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!("reconciles still running after {grace:?}; stopping them");
+    }
+    controllers.abort_all();
+    tasks.abort_all();
     tracing::info!("provisioning lifecycle stopped");
 }
 
