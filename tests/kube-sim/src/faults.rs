@@ -74,7 +74,7 @@ struct Inner {
     rng: Rng,
     rules: Vec<FailureRule>,
     latency: Duration,
-    close_every_nth_watch: u64,
+    /// Ordinal of the last watch started (never reset: every stream has one).
     watches_started: u64,
     stats: FaultStats,
 }
@@ -84,6 +84,8 @@ struct Shared {
     paused: watch::Sender<bool>,
     /// Bumped to close every open watch stream.
     drop_generation: watch::Sender<u64>,
+    /// N of `close_every_nth_watch` (0 = off); open streams re-check it when it changes.
+    close_nth: watch::Sender<u64>,
     store: Arc<Store>,
 }
 
@@ -98,12 +100,12 @@ impl Faults {
                 rng: Rng::new(seed ^ 0xFA17_5EED),
                 rules: Vec::new(),
                 latency: Duration::ZERO,
-                close_every_nth_watch: 0,
                 watches_started: 0,
                 stats: FaultStats::default(),
             }),
             paused: watch::channel(false).0,
             drop_generation: watch::channel(0).0,
+            close_nth: watch::channel(0).0,
             store,
         }))
     }
@@ -122,11 +124,12 @@ impl Faults {
         self.lock().latency = latency;
     }
 
-    /// Close every `n`th watch stream right after its initial events (0 disables).
+    /// Close every watch stream whose ordinal (1, 2, 3… in order of start) is a
+    /// multiple of `n`: open ones at once, new ones right after their initial
+    /// events or backlog. Clients re-watch and get new ordinals, so with
+    /// `n > 1` the churn continues without starving them (0 disables).
     pub fn close_every_nth_watch(&self, n: u64) {
-        let mut inner = self.lock();
-        inner.close_every_nth_watch = n;
-        inner.watches_started = 0;
+        self.0.close_nth.send_replace(n);
     }
 
     /// Close all currently open watch streams (clients re-watch from their last revision).
@@ -154,8 +157,8 @@ impl Faults {
             let mut inner = self.lock();
             inner.rules.clear();
             inner.latency = Duration::ZERO;
-            inner.close_every_nth_watch = 0;
         }
+        self.0.close_nth.send_replace(0);
         self.resume();
     }
 
@@ -209,16 +212,32 @@ impl Faults {
         }
     }
 
-    /// Called when a watch starts: true if this one is to be closed early.
-    pub(crate) fn watch_started(&self) -> bool {
-        let mut inner = self.lock();
-        inner.watches_started += 1;
-        let n = inner.close_every_nth_watch;
-        let close = n > 0 && inner.watches_started.is_multiple_of(n);
+    /// Called when a watch starts: its ordinal, and whether it is to be closed
+    /// right after its initial events.
+    pub(crate) fn watch_started(&self) -> (u64, bool) {
+        let ordinal = {
+            let mut inner = self.lock();
+            inner.watches_started += 1;
+            inner.watches_started
+        };
+        let close = Self::selected(*self.0.close_nth.borrow(), ordinal);
         if close {
-            inner.stats.closed_watches += 1;
+            self.note_dropped_watch();
         }
-        close
+        (ordinal, close)
+    }
+
+    fn selected(n: u64, ordinal: u64) -> bool {
+        n > 0 && ordinal.is_multiple_of(n)
+    }
+
+    /// For an open stream: wait until `close_every_nth_watch` selects it.
+    pub(crate) async fn nth_closes(&self, ordinal: u64) {
+        let mut rx = self.0.close_nth.subscribe();
+        // Err only when the simulator is shutting down: then never select.
+        if rx.wait_for(|n| Self::selected(*n, ordinal)).await.is_err() {
+            std::future::pending::<()>().await;
+        }
     }
 
     pub(crate) fn drop_signal(&self) -> watch::Receiver<u64> {

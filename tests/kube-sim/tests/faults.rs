@@ -202,8 +202,19 @@ async fn watches_can_be_dropped_or_closed_every_nth() {
         .expect("stream ends promptly");
     assert!(end.is_none(), "clean end of stream, got {end:?}");
 
-    // Every watch closed right away: the stream ends after its backlog.
+    // Open streams are selected too when the switch is set (n = 1: all of them).
+    let mut open = cms
+        .watch(&WatchParams::default().timeout(60), &rv)
+        .await
+        .unwrap()
+        .boxed();
     sim.faults().close_every_nth_watch(1);
+    let end = tokio::time::timeout(Duration::from_secs(5), open.next())
+        .await
+        .expect("open stream cut");
+    assert!(end.is_none(), "clean end of stream, got {end:?}");
+
+    // New watches are closed right away: the stream ends after its backlog.
     cms.create(&PostParams::default(), &cm("one"))
         .await
         .unwrap();

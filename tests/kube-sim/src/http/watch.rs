@@ -235,7 +235,7 @@ fn start(
     for obj in initial.iter().filter(|o| filter.matches(o)) {
         encoder.object("ADDED", obj, &mut head);
     }
-    let close_early = server.faults.watch_started();
+    let (ordinal, close_early) = server.faults.watch_started();
     tokio::spawn(run(
         server,
         tx,
@@ -248,6 +248,7 @@ fn start(
             bookmarks,
             timeout,
             close_early,
+            ordinal,
         },
     ));
     Ok(stream_response(rx))
@@ -262,6 +263,7 @@ struct Stream {
     bookmarks: bool,
     timeout: Duration,
     close_early: bool,
+    ordinal: u64,
 }
 
 async fn run(server: Arc<ApiServer>, tx: mpsc::Sender<Bytes>, s: Stream) {
@@ -274,6 +276,7 @@ async fn run(server: Arc<ApiServer>, tx: mpsc::Sender<Bytes>, s: Stream) {
         bookmarks,
         timeout,
         close_early,
+        ordinal,
     } = s;
     let Subscription {
         backlog,
@@ -304,6 +307,8 @@ async fn run(server: Arc<ApiServer>, tx: mpsc::Sender<Bytes>, s: Stream) {
     dropped.mark_unchanged();
     let deadline = tokio::time::sleep(timeout);
     tokio::pin!(deadline);
+    let nth = faults.nth_closes(ordinal);
+    tokio::pin!(nth);
     let mut ticker = tokio::time::interval_at(
         tokio::time::Instant::now() + server.bookmark_interval,
         server.bookmark_interval,
@@ -319,6 +324,10 @@ async fn run(server: Arc<ApiServer>, tx: mpsc::Sender<Bytes>, s: Stream) {
             }
             _ = tx.closed() => return,
             _ = dropped.changed() => {
+                faults.note_dropped_watch();
+                return;
+            }
+            _ = &mut nth => {
                 faults.note_dropped_watch();
                 return;
             }
