@@ -63,8 +63,9 @@ impl Cluster {
 
     async fn start_host(&mut self, plugins_dir: PathBuf) {
         let policy = format!(
-            "plugins:\n  hostpath:\n    preopens: [{{host: {}, guest: /volumes, mode: read-write}}]\n",
-            self.volumes_dir.path().display()
+            "plugins:\n  hostpath:\n    preopens: [{{host: {dir}, guest: /volumes, mode: read-write}}]\n  \
+             misbehave:\n    preopens: [{{host: {dir}, guest: /data, mode: read-write}}]\n",
+            dir = self.volumes_dir.path().display()
         );
         let policies = PolicySet::parse(&policy, Path::new("policy.yaml")).unwrap();
         let runtime = Runtime::new(RuntimeConfig {
@@ -656,4 +657,53 @@ async fn every_claim_is_bound_exactly_once_despite_api_faults() {
     assert_eq!(volumes.len(), n, "no extra volumes");
     let dirs = std::fs::read_dir(c.volumes_dir.path()).unwrap().count();
     assert_eq!(dirs, n, "no leaked directories");
+}
+
+/// A claim deleted while its backend is still creating the storage: the host
+/// keeps asking the plugin until the storage exists, then removes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_deleted_while_its_storage_is_being_created_leaves_nothing_behind() {
+    let c = Cluster::start(&[misbehave()]).await;
+    c.class(
+        "async",
+        &[
+            ("plugin", "misbehave"),
+            ("behavior", "slow-create"),
+            ("attempts", "4"),
+        ],
+        serde_json::json!({}),
+    )
+    .await;
+    c.claim("data", "async", serde_json::json!({})).await;
+    let uid = c.claims().get("data").await.unwrap().uid().unwrap();
+    let attempts = c.volumes_dir.path().join(format!("pvc-{uid}.attempts"));
+    let deleted = c.volumes_dir.path().join(format!("pvc-{uid}.deleted"));
+    eventually("the backend started creating", || async {
+        attempts.exists().then_some(())
+    })
+    .await;
+    c.event("data", "ProvisioningFailed", "still creating")
+        .await;
+
+    c.claims()
+        .delete("data", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(
+        "the storage made after the claim went is removed",
+        || async { deleted.exists().then_some(()) },
+    )
+    .await;
+    assert_eq!(
+        std::fs::read_to_string(&attempts).unwrap(),
+        "xxxx",
+        "asked until it finished"
+    );
+    assert!(c
+        .volumes()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .is_empty());
 }

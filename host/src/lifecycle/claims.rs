@@ -147,9 +147,15 @@ async fn provision<P: Provisioner>(
                 .provision_failed_total
                 .get_or_create(&class_label)
                 .inc();
+            if e.state == ProvisionState::InBackground {
+                ctx.in_progress.track(&uid, plugin, &opts);
+            } else {
+                ctx.in_progress.forget(&uid);
+            }
             return provision_failed(claim, e, ctx).await;
         }
     };
+    ctx.in_progress.forget(&uid);
     if ctx.config.add_finalizer {
         pv.metadata
             .finalizers

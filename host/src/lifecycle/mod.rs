@@ -10,6 +10,7 @@
 mod claims;
 pub mod decide;
 mod events;
+mod in_progress;
 mod volumes;
 
 use std::collections::HashMap;
@@ -93,6 +94,7 @@ struct Context<P> {
     classes: Store<StorageClass>,
     events: Events,
     metrics: Arc<Metrics>,
+    in_progress: in_progress::InProgress,
     /// Failures per object uid, for backoff and thresholds.
     failures: Mutex<HashMap<String, u32>>,
 }
@@ -169,11 +171,16 @@ pub async fn run<P: Provisioner>(
         events: Events::new(Recorder::new(client.clone(), reporter)),
         client: client.clone(),
         metrics,
+        in_progress: Default::default(),
         provisioner,
         classes,
         failures: Mutex::default(),
         config: config.clone(),
     });
+    tasks.spawn(in_progress::sweep(
+        ctx.clone(),
+        config.retry_base.max(Duration::from_millis(500)),
+    ));
     let controller_config = ControllerConfig::default().concurrency(config.workers);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {

@@ -37,6 +37,7 @@ pub const BEHAVIORS: &[&str] = &[
     "trap",
     "spin",
     "log-flood",
+    "slow-create",
     "invalid-source",
     "no-source",
     "two-sources",
@@ -91,6 +92,26 @@ impl Guest for Misbehave {
             "log-flood" => {
                 flood();
                 Ok(ok())
+            }
+            // An asynchronous backend: in-background until the `attempts`-th
+            // call (default 3), counted in `<dir>/<pv>.attempts`.
+            "slow-create" => {
+                let path = format!("{dir}/{pv}.attempts");
+                let mut seen = std::fs::read_to_string(&path).unwrap_or_default();
+                seen.push('x');
+                std::fs::write(&path, &seen).map_err(|e| Failed(format!("write {path}: {e}")))?;
+                let want: usize = param(params, "attempts")
+                    .unwrap_or("3")
+                    .parse()
+                    .map_err(|e| InvalidArgument(format!("parameter attempts: {e}")))?;
+                if seen.len() < want {
+                    Err(InBackground(format!(
+                        "misbehave: still creating ({} of {want})",
+                        seen.len()
+                    )))
+                } else {
+                    Ok(ok())
+                }
             }
 
             // Invalid volumes: the host's validation must reject each one.
@@ -193,6 +214,13 @@ impl Guest for Misbehave {
             "log-flood" => {
                 flood();
                 Ok(())
+            }
+            // Records the delete of a `slow-create` volume as `<dir>/<pv>.deleted`.
+            "slow-create" => {
+                let dir = param(params, "dir").unwrap_or(DEFAULT_DIR);
+                let path = format!("{dir}/{}.deleted", request.pv_name);
+                std::fs::write(&path, "deleted")
+                    .map_err(|e| DeleteError::Failed(format!("write {path}: {e}")))
             }
             "fail" => Err(DeleteError::Failed(
                 "misbehave: deliberate delete failure".to_string(),
