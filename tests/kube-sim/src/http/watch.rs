@@ -236,6 +236,9 @@ fn start(
         encoder.object("ADDED", obj, &mut head);
     }
     let (ordinal, close_early) = server.faults.watch_started();
+    // Subscribe now, before the response goes out: a drop_watches() right after
+    // the client sees the response must reach this stream.
+    let dropped = server.faults.drop_signal();
     tokio::spawn(run(
         server,
         tx,
@@ -249,6 +252,7 @@ fn start(
             timeout,
             close_early,
             ordinal,
+            dropped,
         },
     ));
     Ok(stream_response(rx))
@@ -264,6 +268,7 @@ struct Stream {
     timeout: Duration,
     close_early: bool,
     ordinal: u64,
+    dropped: tokio::sync::watch::Receiver<u64>,
 }
 
 async fn run(server: Arc<ApiServer>, tx: mpsc::Sender<Bytes>, s: Stream) {
@@ -277,6 +282,7 @@ async fn run(server: Arc<ApiServer>, tx: mpsc::Sender<Bytes>, s: Stream) {
         timeout,
         close_early,
         ordinal,
+        mut dropped,
     } = s;
     let Subscription {
         backlog,
@@ -303,8 +309,6 @@ async fn run(server: Arc<ApiServer>, tx: mpsc::Sender<Bytes>, s: Stream) {
         return;
     }
 
-    let mut dropped = faults.drop_signal();
-    dropped.mark_unchanged();
     let deadline = tokio::time::sleep(timeout);
     tokio::pin!(deadline);
     let nth = faults.nth_closes(ordinal);
