@@ -665,7 +665,8 @@ impl Registry {
         Ok(())
     }
 
-    /// Controller helper: read-modify-write with no field tracking noise.
+    /// Read-modify-write of the current object (what the built-in controllers
+    /// and the scheduler helper use); no resourceVersion precondition.
     pub fn modify<F>(
         &self,
         res: ResourceId,
