@@ -1,8 +1,8 @@
 //! Fault injection, switchable at run time and deterministic for a given seed.
 //!
 //! The simulator consults these switches at the start of every request and in
-//! every watch stream; the built-in controllers are not affected (they play
-//! kube-controller-manager, not a client).
+//! every watch stream. The built-in controllers only obey `pause` (they play
+//! kube-controller-manager, which talks to the API server without faults).
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -142,7 +142,8 @@ impl Faults {
         self.0.store.compact();
     }
 
-    /// Stop answering: requests and watch deliveries wait until [`Faults::resume`].
+    /// Stop answering, like an unreachable API server: requests, watch
+    /// deliveries and the built-in controllers wait until [`Faults::resume`].
     pub fn pause(&self) {
         self.0.paused.send_replace(true);
     }

@@ -140,7 +140,7 @@ impl Simulator {
             minor_version: config.minor_version,
         });
         let mut tasks = JoinSet::new();
-        controllers::spawn(&registry, &config.controllers, &mut tasks);
+        controllers::spawn(&registry, &faults, &config.controllers, &mut tasks);
         tasks.spawn(http::serve(listener, server));
         tracing::info!(%addr, "simulated Kubernetes API server listening");
         Ok(Simulator {

@@ -293,3 +293,43 @@ async fn reflector_converges_under_combined_faults() {
     assert!(sim.faults().stats().failed_requests > 0 || sim.faults().stats().closed_watches > 0);
     task.abort();
 }
+
+#[tokio::test]
+async fn pause_freezes_the_controllers_too() {
+    use k8s_openapi::api::core::v1::PersistentVolume;
+    let sim = start().await;
+    let pvs: Api<PersistentVolume> = Api::all(sim.client().unwrap());
+    sim.faults().pause();
+    // Written directly (no HTTP): the PV controller must not move it to Available while paused.
+    let v = serde_json::to_value(pv("frozen", "manual", "1Gi")).unwrap();
+    sim.registry()
+        .create(kube_sim::resources::PV, "", v, &Default::default())
+        .unwrap();
+    let phase = || {
+        let obj = sim
+            .registry()
+            .get(kube_sim::resources::PV, "", "frozen")
+            .unwrap();
+        obj["status"]["phase"].as_str().unwrap_or("").to_string()
+    };
+    let changed = tokio::time::timeout(Duration::from_millis(300), async {
+        while phase() == "Pending" {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(
+        changed.is_err(),
+        "controllers stood still while paused, phase {}",
+        phase()
+    );
+    sim.faults().resume();
+    eventually("Available after resume", || {
+        let pvs = pvs.clone();
+        async move {
+            (pvs.get("frozen").await.ok()?.status?.phase.as_deref() == Some("Available"))
+                .then_some(())
+        }
+    })
+    .await;
+}

@@ -14,6 +14,7 @@ use std::time::Duration;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::task::JoinSet;
 
+use crate::faults::Faults;
 use crate::objects;
 use crate::registry::Registry;
 use crate::resources::{NAMESPACE, POD, PV, PVC};
@@ -105,30 +106,44 @@ impl Reconciler for namespace::NamespaceController {
     }
 }
 
-async fn run<R: Reconciler>(registry: Arc<Registry>, r: R, resync: Duration) {
+async fn run<R: Reconciler>(registry: Arc<Registry>, faults: Faults, r: R, resync: Duration) {
     let mut feed = registry.store.subscribe();
+    faults.wait_unpaused().await;
     r.resync();
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + resync, resync);
     loop {
-        tokio::select! {
+        // None: resync (periodic, or after falling behind the feed).
+        let work = tokio::select! {
             e = feed.recv() => match e {
-                Ok(e) => r.on_event(&e),
-                Err(RecvError::Lagged(_)) => r.resync(),
+                Ok(e) => Some(e),
+                Err(RecvError::Lagged(_)) => None,
                 Err(RecvError::Closed) => return,
             },
-            _ = tick.tick() => r.resync(),
+            _ = tick.tick() => None,
+        };
+        // A paused API server stops its controllers too: they can neither read nor write.
+        faults.wait_unpaused().await;
+        match work {
+            Some(e) => r.on_event(&e),
+            None => r.resync(),
         }
     }
 }
 
-pub fn spawn(registry: &Arc<Registry>, cfg: &ControllerConfig, tasks: &mut JoinSet<()>) {
+pub fn spawn(
+    registry: &Arc<Registry>,
+    faults: &Faults,
+    cfg: &ControllerConfig,
+    tasks: &mut JoinSet<()>,
+) {
     if cfg.pv_binder || cfg.provisioner_annotations {
         let c = pv::PvController::new(registry.clone(), cfg.pv_binder, cfg.provisioner_annotations);
-        tasks.spawn(run(registry.clone(), c, cfg.resync));
+        tasks.spawn(run(registry.clone(), faults.clone(), c, cfg.resync));
     }
     if cfg.protection {
         tasks.spawn(run(
             registry.clone(),
+            faults.clone(),
             protection::Protection::new(registry.clone()),
             cfg.resync,
         ));
@@ -136,6 +151,7 @@ pub fn spawn(registry: &Arc<Registry>, cfg: &ControllerConfig, tasks: &mut JoinS
     if cfg.namespace {
         tasks.spawn(run(
             registry.clone(),
+            faults.clone(),
             namespace::NamespaceController::new(registry.clone()),
             cfg.resync,
         ));
