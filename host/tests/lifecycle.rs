@@ -62,41 +62,19 @@ impl Cluster {
     }
 
     async fn start_host(&mut self, plugins_dir: PathBuf) {
-        let policy = format!(
-            "plugins:\n  hostpath:\n    preopens: [{{host: {dir}, guest: /volumes, mode: read-write}}]\n  \
-             misbehave:\n    preopens: [{{host: {dir}, guest: /data, mode: read-write}}]\n",
-            dir = self.volumes_dir.path().display()
-        );
-        let policies = PolicySet::parse(&policy, Path::new("policy.yaml")).unwrap();
-        let runtime = Runtime::new(RuntimeConfig {
-            cache_dir: Some(workspace_root().join("target/test-compile-cache")),
-            ..RuntimeConfig::default()
-        })
-        .unwrap();
-        let registry = PluginRegistry::load_dir(
-            Arc::new(runtime),
-            &plugins_dir,
-            &policies,
-            self.metrics.clone(),
-        )
-        .await
-        .unwrap();
-        let mut config = lifecycle::Config::new(PROVISIONER);
-        config.retry_base = Duration::from_millis(100);
-        config.max_retry = Duration::from_secs(1);
-        config.save_attempts = 3;
-        config.shutdown_grace = Duration::from_secs(2);
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         self.stop = Some(tx);
-        self.host = Some(tokio::spawn(lifecycle::run(
+        let host = host(
             self.client.clone(),
-            Arc::new(registry),
-            config,
+            &plugins_dir,
+            self.volumes_dir.path(),
             self.metrics.clone(),
             async move {
                 let _ = rx.await;
             },
-        )));
+        )
+        .await;
+        self.host = Some(tokio::spawn(host));
     }
 
     async fn stop_host(&mut self) {
@@ -195,6 +173,39 @@ impl Cluster {
         )
         .await
     }
+}
+
+/// A wasmprov host serving the plugins in `plugins_dir` (sandboxed to
+/// `volumes`), tuned for tests: fast retries, short shutdown. Returns the
+/// lifecycle to run; it stops when `shutdown` completes.
+async fn host(
+    client: Client,
+    plugins_dir: &Path,
+    volumes: &Path,
+    metrics: Arc<Metrics>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> impl Future<Output = ()> + Send {
+    let policy = format!(
+        "plugins:\n  hostpath:\n    preopens: [{{host: {dir}, guest: /volumes, mode: read-write}}]\n  \
+         misbehave:\n    preopens: [{{host: {dir}, guest: /data, mode: read-write}}]\n",
+        dir = volumes.display()
+    );
+    let policies = PolicySet::parse(&policy, Path::new("policy.yaml")).unwrap();
+    let runtime = Runtime::new(RuntimeConfig {
+        cache_dir: Some(workspace_root().join("target/test-compile-cache")),
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
+    let registry =
+        PluginRegistry::load_dir(Arc::new(runtime), plugins_dir, &policies, metrics.clone())
+            .await
+            .unwrap();
+    let mut config = lifecycle::Config::new(PROVISIONER);
+    config.retry_base = Duration::from_millis(100);
+    config.max_retry = Duration::from_secs(1);
+    config.save_attempts = 3;
+    config.shutdown_grace = Duration::from_secs(2);
+    lifecycle::run(client, Arc::new(registry), config, metrics, shutdown)
 }
 
 impl Drop for Cluster {
@@ -542,32 +553,16 @@ async fn with_leader_election_only_the_leader_provisions_and_a_standby_takes_ove
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let m = metrics.clone();
         let task = tokio::spawn(async move {
-            let policy = format!(
-                "plugins:\n  hostpath:\n    preopens: [{{host: {}, guest: /volumes, mode: read-write}}]\n",
-                volumes.display()
-            );
-            let policies = PolicySet::parse(&policy, Path::new("policy.yaml")).unwrap();
-            let runtime = Runtime::new(RuntimeConfig {
-                cache_dir: Some(workspace_root().join("target/test-compile-cache")),
-                ..RuntimeConfig::default()
-            })
-            .unwrap();
-            let registry =
-                PluginRegistry::load_dir(Arc::new(runtime), &plugins_dir, &policies, m.clone())
-                    .await
-                    .unwrap();
-            let mut config = lifecycle::Config::new(PROVISIONER);
-            config.retry_base = Duration::from_millis(100);
-            config.shutdown_grace = Duration::from_secs(2);
-            let work = lifecycle::run(
+            let work = host(
                 client.clone(),
-                Arc::new(registry),
-                config,
+                &plugins_dir,
+                &volumes,
                 m.clone(),
                 async move {
                     let _ = rx.await;
                 },
-            );
+            )
+            .await;
             let gauge = m.clone();
             let _ = run_as_leader(
                 client,
