@@ -28,12 +28,18 @@ struct Cluster {
     volumes_dir: tempfile::TempDir,
     _plugins_dir: tempfile::TempDir,
     metrics: Arc<Metrics>,
+    /// Changes to the tests' lifecycle configuration.
+    tune: fn(&mut lifecycle::Config),
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     host: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Cluster {
     async fn start(plugins: &[(&str, PathBuf)]) -> Self {
+        Self::start_with(plugins, |_| {}).await
+    }
+
+    async fn start_with(plugins: &[(&str, PathBuf)], tune: fn(&mut lifecycle::Config)) -> Self {
         let sim = kube_sim::Simulator::start(kube_sim::Config {
             nodes: vec![NODE.into()],
             ..kube_sim::Config::default()
@@ -52,6 +58,7 @@ impl Cluster {
             volumes_dir,
             _plugins_dir: plugins_dir,
             metrics: Arc::new(Metrics::default()),
+            tune,
             stop: None,
             host: None,
         };
@@ -69,6 +76,7 @@ impl Cluster {
             &plugins_dir,
             self.volumes_dir.path(),
             self.metrics.clone(),
+            self.tune,
             async move {
                 let _ = rx.await;
             },
@@ -183,6 +191,7 @@ async fn host(
     plugins_dir: &Path,
     volumes: &Path,
     metrics: Arc<Metrics>,
+    tune: fn(&mut lifecycle::Config),
     shutdown: impl Future<Output = ()> + Send,
 ) -> impl Future<Output = ()> + Send {
     let policy = format!(
@@ -205,6 +214,7 @@ async fn host(
     config.max_retry = Duration::from_secs(1);
     config.save_attempts = 3;
     config.shutdown_grace = Duration::from_secs(2);
+    tune(&mut config);
     lifecycle::run(client, Arc::new(registry), config, metrics, shutdown)
 }
 
@@ -558,6 +568,7 @@ async fn with_leader_election_only_the_leader_provisions_and_a_standby_takes_ove
                 &plugins_dir,
                 &volumes,
                 m.clone(),
+                |_| {},
                 async move {
                     let _ = rx.await;
                 },
@@ -701,4 +712,95 @@ async fn a_claim_deleted_while_its_storage_is_being_created_leaves_nothing_behin
         .unwrap()
         .items
         .is_empty());
+}
+
+/// With `--add-finalizer`, deleting a volume object does not lose its
+/// storage while bound, and the storage goes once the claim releases it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_finalizer_a_deleted_bound_volume_keeps_its_storage_until_released() {
+    let c = Cluster::start_with(&[hostpath()], |config| config.add_finalizer = true).await;
+    c.hostpath_class("fast", serde_json::json!({})).await;
+    c.claim("data", "fast", serde_json::json!({})).await;
+    let pv = c.bound_volume("data").await;
+    assert!(pv
+        .finalizers()
+        .iter()
+        .any(|f| f == "external-provisioner.volume.kubernetes.io/finalizer"));
+    let dir = host_path(&pv);
+
+    c.volumes()
+        .delete(&pv.name_any(), &DeleteParams::default())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(dir.is_dir(), "a bound volume's storage is kept");
+    assert!(c.volumes().get_opt(&pv.name_any()).await.unwrap().is_some());
+
+    c.claims()
+        .delete("data", &DeleteParams::default())
+        .await
+        .unwrap();
+    let volumes = c.volumes();
+    let name = pv.name_any();
+    eventually("the volume is gone", || async {
+        volumes
+            .get_opt(&name)
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert!(!dir.exists(), "the storage was deleted once released");
+}
+
+/// A plugin that cannot delete: the volume and its object stay, and the
+/// failure is an event on the volume.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_delete_keeps_the_volume_and_says_why() {
+    let c = Cluster::start(&[misbehave()]).await;
+    c.class(
+        "stuck",
+        &[("plugin", "misbehave"), ("behavior", "fail")],
+        serde_json::json!({}),
+    )
+    .await;
+    // `fail` also fails provisioning, so bind through a class that works and
+    // record `fail` as the parameters the volume was made with.
+    c.class("ok", &[("plugin", "misbehave")], serde_json::json!({}))
+        .await;
+    c.claim("data", "ok", serde_json::json!({})).await;
+    let pv = c.bound_volume("data").await;
+    let patch = serde_json::json!({"metadata": {"annotations": {"wasmprov.io/parameters": r#"{"behavior":"fail"}"#}}});
+    c.volumes()
+        .patch(
+            &pv.name_any(),
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+    c.claims()
+        .delete("data", &DeleteParams::default())
+        .await
+        .unwrap();
+    let name = pv.name_any();
+    let e = eventually("a VolumeFailedDelete event", || async {
+        Api::<Event>::all(c.client.clone())
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .find(|e| {
+                e.involved_object.name.as_deref() == Some(name.as_str())
+                    && e.reason.as_deref() == Some("VolumeFailedDelete")
+            })
+    })
+    .await;
+    assert!(e.message.unwrap().contains("deliberate delete failure"));
+    assert!(
+        c.volumes().get_opt(&name).await.unwrap().is_some(),
+        "the volume is kept"
+    );
 }

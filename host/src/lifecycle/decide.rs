@@ -116,8 +116,10 @@ pub enum VolumeDecision {
 }
 
 /// Decides whether a volume's storage must be deleted: one we provisioned,
-/// with reclaim policy Delete, once it is Released (or deleted while it
-/// carries our finalizer).
+/// with reclaim policy Delete, once it is Released. A volume object already
+/// being deleted is only handled while it carries our finalizer (otherwise
+/// it may vanish mid-way); a Bound volume's storage is never deleted, even
+/// when someone deletes its object (the Go library's `shouldDelete`).
 pub fn volume(pv: &PersistentVolume, names: &Names) -> VolumeDecision {
     let ann = pv.metadata.annotations.as_ref();
     let ours = ann
@@ -133,14 +135,16 @@ pub fn volume(pv: &PersistentVolume, names: &Names) -> VolumeDecision {
         return VolumeDecision::Ignore;
     }
     let released = pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Released");
-    let deleted_with_finalizer = pv.metadata.deletion_timestamp.is_some()
-        && pv
-            .metadata
-            .finalizers
-            .iter()
-            .flatten()
-            .any(|f| f == keys::PV_FINALIZER);
-    if released || deleted_with_finalizer {
+    let has_finalizer = pv
+        .metadata
+        .finalizers
+        .iter()
+        .flatten()
+        .any(|f| f == keys::PV_FINALIZER);
+    if pv.metadata.deletion_timestamp.is_some() && !has_finalizer {
+        return VolumeDecision::Ignore;
+    }
+    if released {
         VolumeDecision::Delete {
             plugin: plugin.clone(),
         }
@@ -343,12 +347,25 @@ mod tests {
                 Ignore,
             ),
             (
-                "delete a volume deleted while it carries our finalizer",
+                "delete a released volume being deleted while it carries our finalizer",
+                pv(
+                    json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z",
+                    "finalizers": ["external-provisioner.volume.kubernetes.io/finalizer"]}}),
+                ),
+                del(),
+            ),
+            (
+                "leave a volume being deleted without our finalizer alone",
+                pv(json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}})),
+                Ignore,
+            ),
+            (
+                "never delete a bound volume's storage, even when its object is deleted",
                 pv(
                     json!({"status": {"phase": "Bound"}, "metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z",
                     "finalizers": ["external-provisioner.volume.kubernetes.io/finalizer"]}}),
                 ),
-                del(),
+                Ignore,
             ),
         ];
         for (case, pv_obj, want) in cases {
