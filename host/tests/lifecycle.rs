@@ -759,12 +759,6 @@ async fn with_the_finalizer_a_deleted_bound_volume_keeps_its_storage_until_relea
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_delete_keeps_the_volume_and_says_why() {
     let c = Cluster::start(&[misbehave()]).await;
-    c.class(
-        "stuck",
-        &[("plugin", "misbehave"), ("behavior", "fail")],
-        serde_json::json!({}),
-    )
-    .await;
     // `fail` also fails provisioning, so bind through a class that works and
     // record `fail` as the parameters the volume was made with.
     c.class("ok", &[("plugin", "misbehave")], serde_json::json!({}))
