@@ -353,7 +353,6 @@ mod tests {
         }
     }
 
-
     #[test]
     fn source_json_is_escaped() {
         let source = source::host_path("/srv/we\"ird\\dir/pvc-1", Some("DirectoryOrCreate"));
