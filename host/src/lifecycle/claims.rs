@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use backon::{ExponentialBuilder, Retryable};
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
@@ -31,7 +32,14 @@ pub(super) async fn reconcile<P: Provisioner>(
         .as_ref()
         .and_then(|s| s.storage_class_name.clone())
         .unwrap_or_default();
-    let class = ctx.classes.get(&ObjectRef::new(&class_name));
+    let mut class = ctx.classes.get(&ObjectRef::new(&class_name));
+    if class.is_none() && !class_name.is_empty() {
+        // The class watch may lag behind the event that woke this claim.
+        class = Api::<StorageClass>::all(ctx.client.clone())
+            .get_opt(&class_name)
+            .await?
+            .map(Arc::new);
+    }
     let decision = decide::claim(&claim, class.as_deref(), &ctx.config.names, |p| {
         ctx.provisioner.plugin(p)
     });
@@ -75,7 +83,7 @@ fn key(claim: &PersistentVolumeClaim) -> String {
 
 async fn provision<P: Provisioner>(
     claim: &PersistentVolumeClaim,
-    class: k8s_openapi::api::storage::v1::StorageClass,
+    class: StorageClass,
     plugin: &str,
     ctx: &Context<P>,
 ) -> Result<Action, Error> {

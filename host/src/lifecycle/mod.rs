@@ -23,7 +23,7 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client};
 
@@ -190,15 +190,37 @@ pub async fn run<P: Provisioner>(
     let claims = Controller::new(
         Api::<PersistentVolumeClaim>::all(client.clone()),
         watcher::Config::default(),
-    )
-    .with_config(controller_config.clone())
-    .graceful_shutdown_on(stopped(stop_rx.clone()))
-    .run(claims::reconcile, claims::error_policy, ctx.clone())
-    .for_each(|r| async move {
-        if let Err(e) = r {
-            tracing::debug!(error = %e, "claim reconcile");
-        }
-    });
+    );
+    // A class created or changed (e.g. a fixed plugin parameter) wakes the
+    // claims that name it, instead of waiting for their next retry.
+    let claim_store = claims.store();
+    let claims = claims
+        .watches(
+            Api::<StorageClass>::all(client.clone()),
+            watcher::Config::default(),
+            move |class| {
+                let name = class.metadata.name.unwrap_or_default();
+                claim_store
+                    .state()
+                    .into_iter()
+                    .filter(|c| {
+                        c.spec
+                            .as_ref()
+                            .and_then(|s| s.storage_class_name.as_deref())
+                            == Some(name.as_str())
+                    })
+                    .map(|c| ObjectRef::from_obj(&*c))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .with_config(controller_config.clone())
+        .graceful_shutdown_on(stopped(stop_rx.clone()))
+        .run(claims::reconcile, claims::error_policy, ctx.clone())
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "claim reconcile");
+            }
+        });
     let volumes = Controller::new(
         Api::<PersistentVolume>::all(client.clone()),
         watcher::Config::default(),
