@@ -12,8 +12,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
 
-#[path = "plugin_test.rs"]
-mod plugin_test;
+mod conformance;
 
 use super::RuntimeArgs;
 use crate::provisioner::ProvisionOptions;
@@ -30,7 +29,7 @@ pub enum PluginCommand {
     Delete(DeleteArgs),
     /// Run the conformance suite against the plugin (no cluster needed);
     /// prints a pass/fail table, exits non-zero on a failure.
-    Test(plugin_test::TestArgs),
+    Test(conformance::TestArgs),
 }
 
 #[derive(Debug, Args)]
@@ -83,7 +82,7 @@ pub async fn run(cmd: PluginCommand) -> anyhow::Result<ExitCode> {
         PluginCommand::Check(args) => check(args).await,
         PluginCommand::Invoke(args) => invoke(args).await,
         PluginCommand::Delete(args) => delete(args).await,
-        PluginCommand::Test(args) => plugin_test::test(args).await,
+        PluginCommand::Test(args) => conformance::test(args).await,
     }
 }
 
