@@ -4,7 +4,10 @@
 #   plugins/<name>/       -> target/plugins/<name>.wasm
 #   tests/guests/<name>/  -> target/test-guests/<name>.wasm
 #
-# Usage: bash plugins/build.sh [--quiet]
+# Usage: bash plugins/build.sh [--quiet] [--rust-only]
+#
+# --rust-only builds only the Rust plugins and guests: it needs nothing but
+# `rustup target add wasm32-wasip2` (what `wasmprov dev` uses on a fresh machine).
 #
 # Languages, found by what a plugin directory holds:
 #   Cargo.toml (a cdylib) -> Rust (wit-bindgen, target wasm32-wasip2)
@@ -52,9 +55,11 @@ PLUGINS_OUT="$ROOT/target/plugins"
 GUESTS_OUT="$ROOT/target/test-guests"
 
 QUIET=()
+RUST_ONLY=0
 for arg in "$@"; do
     case "$arg" in
         -q | --quiet) QUIET=(--quiet) ;;
+        --rust-only) RUST_ONLY=1 ;;
         -h | --help)
             sed -n '2,38p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
             exit 0
@@ -376,9 +381,12 @@ remove_stale_outputs() {
 # Build
 # ---------------------------------------------------------------------------
 build_rust
-lock_toolchains
-build_c
-build_javascript
-build_python
+if [[ $RUST_ONLY == 0 ]]; then
+    lock_toolchains
+    build_c
+    build_javascript
+    build_python
+fi
 install_outputs
-remove_stale_outputs
+# A partial build does not know every plugin: keep what it did not build.
+[[ $RUST_ONLY == 1 ]] || remove_stale_outputs

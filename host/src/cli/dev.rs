@@ -179,10 +179,12 @@ fn bundled_plugins() -> anyhow::Result<PathBuf> {
         .context("cannot locate the source checkout; pass --plugins-dir")?;
     let dir = root.join("target/plugins");
     if !dir.join("hostpath.wasm").exists() {
-        println!("building the plugins (bash plugins/build.sh)…");
+        println!("building the Rust plugins (bash plugins/build.sh --rust-only)…");
         let status = std::process::Command::new("bash")
             .arg(root.join("plugins/build.sh"))
-            .arg("--quiet")
+            // Rust plugins need only the wasm32-wasip2 target; the others
+            // need C/JS/Python toolchains a fresh machine may lack.
+            .args(["--quiet", "--rust-only"])
             .current_dir(root)
             .status()
             .context("cannot run plugins/build.sh")?;
