@@ -155,6 +155,22 @@ impl Cluster {
         self.volumes().get(&name).await.unwrap()
     }
 
+    async fn delete_claim(&self, name: &str) {
+        self.claims()
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+
+    /// Waits until the volume object is gone.
+    async fn volume_gone(&self, name: &str) {
+        let volumes = self.volumes();
+        eventually(&format!("volume {name} is deleted"), || async {
+            volumes.get_opt(name).await.unwrap().is_none().then_some(())
+        })
+        .await;
+    }
+
     async fn events_for(&self, name: &str) -> Vec<Event> {
         Api::<Event>::namespaced(self.client.clone(), "default")
             .list(&ListParams::default())
@@ -274,21 +290,8 @@ async fn a_claim_gets_a_bound_volume_and_deleting_it_removes_the_storage() {
         .await;
     c.event("data", "Provisioning", "default/data").await;
 
-    c.claims()
-        .delete("data", &DeleteParams::default())
-        .await
-        .unwrap();
-    let volumes = c.volumes();
-    let name = pv.name_any();
-    eventually("the volume is deleted", || async {
-        volumes
-            .get_opt(&name)
-            .await
-            .unwrap()
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    c.delete_claim("data").await;
+    c.volume_gone(&pv.name_any()).await;
     assert!(!dir.exists(), "the plugin removed {}", dir.display());
 
     // What Prometheus scrapes: the Go library's names, and our plugin calls.
@@ -311,10 +314,7 @@ async fn a_retain_volume_and_its_storage_outlive_the_claim() {
         .await;
     c.claim("data", "keep", serde_json::json!({})).await;
     let pv = c.bound_volume("data").await;
-    c.claims()
-        .delete("data", &DeleteParams::default())
-        .await
-        .unwrap();
+    c.delete_claim("data").await;
     let volumes = c.volumes();
     let name = pv.name_any();
     eventually("the volume is Released", || async {
@@ -691,10 +691,7 @@ async fn a_claim_deleted_while_its_storage_is_being_created_leaves_nothing_behin
     c.event("data", "ProvisioningFailed", "still creating")
         .await;
 
-    c.claims()
-        .delete("data", &DeleteParams::default())
-        .await
-        .unwrap();
+    c.delete_claim("data").await;
     eventually(
         "the storage made after the claim went is removed",
         || async { deleted.exists().then_some(()) },
@@ -736,21 +733,8 @@ async fn with_the_finalizer_a_deleted_bound_volume_keeps_its_storage_until_relea
     assert!(dir.is_dir(), "a bound volume's storage is kept");
     assert!(c.volumes().get_opt(&pv.name_any()).await.unwrap().is_some());
 
-    c.claims()
-        .delete("data", &DeleteParams::default())
-        .await
-        .unwrap();
-    let volumes = c.volumes();
-    let name = pv.name_any();
-    eventually("the volume is gone", || async {
-        volumes
-            .get_opt(&name)
-            .await
-            .unwrap()
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    c.delete_claim("data").await;
+    c.volume_gone(&pv.name_any()).await;
     assert!(!dir.exists(), "the storage was deleted once released");
 }
 
@@ -774,10 +758,7 @@ async fn a_failed_delete_keeps_the_volume_and_says_why() {
         )
         .await
         .unwrap();
-    c.claims()
-        .delete("data", &DeleteParams::default())
-        .await
-        .unwrap();
+    c.delete_claim("data").await;
     let name = pv.name_any();
     let e = eventually("a VolumeFailedDelete event", || async {
         Api::<Event>::all(c.client.clone())

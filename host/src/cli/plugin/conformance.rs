@@ -45,7 +45,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use sha2::{Digest, Sha256};
 
-use super::{load, read_object, state_name, PluginFile};
+use super::{load, read_object, stable_uid, state_name, PluginFile};
 use crate::provisioner::{
     DeleteError, DeleteState, ProvisionError, ProvisionOptions, ProvisionState,
 };
@@ -315,7 +315,7 @@ impl Suite {
                 let check = "delete of an unknown volume";
                 let unknown = renamed(
                     pv_a,
-                    &format!("pvc-{}", uid(&format!("{}-unknown", self.run_id))),
+                    &format!("pvc-{}", stable_uid(&format!("{}-unknown", self.run_id))),
                 );
                 match unknown {
                     Err(m) => self.fail(check, m),
@@ -557,7 +557,7 @@ impl Suite {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
                 namespace: Some(NAMESPACE.to_owned()),
-                uid: Some(uid(&name)),
+                uid: Some(stable_uid(&name)),
                 ..Default::default()
             },
             spec: Some(PersistentVolumeClaimSpec {
@@ -650,19 +650,6 @@ fn default_node() -> Node {
 fn run_id() -> String {
     let seed = format!("{:?}-{}", std::time::SystemTime::now(), std::process::id());
     format!("ct-{}", &hex::encode(Sha256::digest(seed))[..8])
-}
-
-/// A UUID-shaped id derived from `seed`.
-fn uid(seed: &str) -> String {
-    let h = hex::encode(&Sha256::digest(seed)[..16]);
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
 }
 
 fn describe_parameters(class: &StorageClass) -> String {

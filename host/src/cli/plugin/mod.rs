@@ -209,7 +209,7 @@ async fn invoke(args: InvokeArgs) -> anyhow::Result<ExitCode> {
     let uid = claim
         .metadata
         .uid
-        .get_or_insert_with(|| stable_uid(&namespace, &name))
+        .get_or_insert_with(|| stable_uid(&format!("{namespace}/{name}")))
         .clone();
     if let Some(spec_class) = claim
         .spec
@@ -275,9 +275,10 @@ fn state_name(state: crate::provisioner::ProvisionState) -> &'static str {
     }
 }
 
-/// A UUID-shaped id derived from the claim's namespace and name.
-fn stable_uid(namespace: &str, name: &str) -> String {
-    let h = hex::encode(&Sha256::digest(format!("{namespace}/{name}"))[..16]);
+/// A UUID-shaped id derived from `seed` (e.g. a claim's `namespace/name`), so
+/// repeated runs name things the same way.
+fn stable_uid(seed: &str) -> String {
+    let h = hex::encode(&Sha256::digest(seed)[..16]);
     format!(
         "{}-{}-{}-{}-{}",
         &h[0..8],
