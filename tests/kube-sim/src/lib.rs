@@ -29,6 +29,7 @@ mod openapi;
 pub mod patch;
 mod protobuf;
 pub mod registry;
+mod requests;
 pub mod resources;
 pub mod selectors;
 pub mod store;
@@ -46,6 +47,7 @@ use tokio::task::JoinSet;
 pub use controllers::ControllerConfig;
 pub use error::ApiError;
 pub use faults::{FailWith, FailureRule, FaultStats, Faults};
+pub use requests::ApiRequest;
 
 use registry::{Admission, Registry, Subresource, WriteOpts};
 
@@ -67,6 +69,9 @@ pub struct Config {
     pub minor_version: u32,
     /// Nodes created at start (a real cluster has some; the scheduler helper needs one).
     pub nodes: Vec<String>,
+    /// Keep a log of every resource request ([`Simulator::requests`]). Off by
+    /// default: the log grows with every request.
+    pub record_requests: bool,
 }
 
 impl Default for Config {
@@ -79,6 +84,7 @@ impl Default for Config {
             bookmark_interval: Duration::from_secs(30),
             minor_version: 33,
             nodes: vec!["kube-sim-node".into()],
+            record_requests: false,
         }
     }
 }
@@ -104,6 +110,7 @@ pub struct Simulator {
     addr: SocketAddr,
     registry: Arc<Registry>,
     faults: Faults,
+    requests: Arc<requests::RequestLog>,
     tasks: JoinSet<()>,
 }
 
@@ -133,9 +140,11 @@ impl Simulator {
         let registry = Arc::new(Registry::new(store.clone(), config.seed, admission));
         bootstrap(&registry, &config)?;
         let faults = Faults::new(config.seed, store);
+        let requests = Arc::new(requests::RequestLog::new(config.record_requests));
         let server = Arc::new(http::ApiServer {
             registry: registry.clone(),
             faults: faults.clone(),
+            requests: requests.clone(),
             bookmark_interval: config.bookmark_interval,
             minor_version: config.minor_version,
         });
@@ -147,6 +156,7 @@ impl Simulator {
             addr,
             registry,
             faults,
+            requests,
             tasks,
         })
     }
@@ -187,6 +197,26 @@ impl Simulator {
     /// Fault injection switches.
     pub fn faults(&self) -> &Faults {
         &self.faults
+    }
+
+    /// Every resource request made so far, in order, with its RBAC verb and
+    /// the client's bearer token as its user; discovery and other
+    /// non-resource requests are not included. Panics unless
+    /// [`Config::record_requests`] is on (an empty log would pass any test).
+    pub fn requests(&self) -> Vec<ApiRequest> {
+        assert!(
+            self.requests.enabled(),
+            "kube_sim::Config::record_requests is off: nothing was recorded"
+        );
+        self.requests.snapshot()
+    }
+
+    /// A kubeconfig (YAML) like [`Simulator::kubeconfig`] whose user sends
+    /// `token` as a bearer token: [`Simulator::requests`] reports it as the
+    /// requests' user.
+    pub fn kubeconfig_with_token(&self, token: &str) -> String {
+        self.kubeconfig()
+            .replace("  user: {}\n", &format!("  user:\n    token: {token:?}\n"))
     }
 
     /// Direct access to the object store and its semantics (no HTTP, no faults).

@@ -1,6 +1,6 @@
 //! The resource types this server serves, and how each is decoded.
 
-use k8s_openapi::api::{coordination, core, events, storage};
+use k8s_openapi::api::{apps, coordination, core, events, rbac, storage};
 use serde::{de::DeserializeOwned, Serialize};
 use serde_json::Value;
 
@@ -59,6 +59,12 @@ pub const POD: ResourceId = 6;
 pub const EVENT: ResourceId = 7;
 pub const EVENT_V1: ResourceId = 8;
 pub const LEASE: ResourceId = 9;
+pub const SERVICE_ACCOUNT: ResourceId = 10;
+pub const CLUSTER_ROLE: ResourceId = 11;
+pub const CLUSTER_ROLE_BINDING: ResourceId = 12;
+pub const ROLE: ResourceId = 13;
+pub const ROLE_BINDING: ResourceId = 14;
+pub const DEPLOYMENT: ResourceId = 15;
 
 pub static RESOURCES: &[ResourceDef] = &[
     ResourceDef {
@@ -218,6 +224,87 @@ pub static RESOURCES: &[ResourceDef] = &[
         status_subresource: false,
         field_labels: &[],
         roundtrip: roundtrip::<coordination::v1::Lease>,
+    },
+    // What a provisioner's manifests create (`kubectl apply -k deploy/`):
+    // stored and served like any object; RBAC is not enforced and no
+    // controller runs Deployments.
+    ResourceDef {
+        group: "",
+        version: "v1",
+        plural: "serviceaccounts",
+        singular: "serviceaccount",
+        kind: "ServiceAccount",
+        list_kind: "ServiceAccountList",
+        namespaced: true,
+        short_names: &["sa"],
+        status_subresource: false,
+        field_labels: &[],
+        roundtrip: roundtrip::<core::v1::ServiceAccount>,
+    },
+    ResourceDef {
+        group: "rbac.authorization.k8s.io",
+        version: "v1",
+        plural: "clusterroles",
+        singular: "clusterrole",
+        kind: "ClusterRole",
+        list_kind: "ClusterRoleList",
+        namespaced: false,
+        short_names: &[],
+        status_subresource: false,
+        field_labels: &[],
+        roundtrip: roundtrip::<rbac::v1::ClusterRole>,
+    },
+    ResourceDef {
+        group: "rbac.authorization.k8s.io",
+        version: "v1",
+        plural: "clusterrolebindings",
+        singular: "clusterrolebinding",
+        kind: "ClusterRoleBinding",
+        list_kind: "ClusterRoleBindingList",
+        namespaced: false,
+        short_names: &[],
+        status_subresource: false,
+        field_labels: &[],
+        roundtrip: roundtrip::<rbac::v1::ClusterRoleBinding>,
+    },
+    ResourceDef {
+        group: "rbac.authorization.k8s.io",
+        version: "v1",
+        plural: "roles",
+        singular: "role",
+        kind: "Role",
+        list_kind: "RoleList",
+        namespaced: true,
+        short_names: &[],
+        status_subresource: false,
+        field_labels: &[],
+        roundtrip: roundtrip::<rbac::v1::Role>,
+    },
+    ResourceDef {
+        group: "rbac.authorization.k8s.io",
+        version: "v1",
+        plural: "rolebindings",
+        singular: "rolebinding",
+        kind: "RoleBinding",
+        list_kind: "RoleBindingList",
+        namespaced: true,
+        short_names: &[],
+        status_subresource: false,
+        field_labels: &[],
+        roundtrip: roundtrip::<rbac::v1::RoleBinding>,
+    },
+    ResourceDef {
+        group: "apps",
+        version: "v1",
+        plural: "deployments",
+        singular: "deployment",
+        kind: "Deployment",
+        list_kind: "DeploymentList",
+        namespaced: true,
+        short_names: &["deploy"],
+        status_subresource: true,
+        field_labels: &[],
+        roundtrip: roundtrip::<apps::v1::Deployment>,
     },
 ];
 

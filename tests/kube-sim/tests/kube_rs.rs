@@ -1225,3 +1225,133 @@ async fn watch_timeout_and_oversized_requests() {
         (413, "RequestEntityTooLarge")
     );
 }
+
+#[tokio::test]
+async fn request_log_records_rbac_verbs_and_bearer_tokens() {
+    let sim = start_with(kube_sim::Config {
+        record_requests: true,
+        ..kube_sim::Config::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kubeconfig");
+    std::fs::write(&path, sim.kubeconfig_with_token("alice")).unwrap();
+    let kubeconfig = kube::config::Kubeconfig::read_from(&path).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    let alice: Api<ConfigMap> = Api::namespaced(kube::Client::try_from(config).unwrap(), "default");
+    let anonymous: Api<ConfigMap> = Api::namespaced(sim.client().unwrap(), "default");
+
+    alice
+        .create(&PostParams::default(), &cm("a", json!({})))
+        .await
+        .unwrap();
+    alice.get("a").await.unwrap();
+    alice
+        .patch(
+            "a",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"k": "w"}})),
+        )
+        .await
+        .unwrap();
+    let mut a = alice.get("a").await.unwrap();
+    a.data = None;
+    alice
+        .replace("a", &PostParams::default(), &a)
+        .await
+        .unwrap();
+    anonymous.list(&ListParams::default()).await.unwrap();
+    alice.delete("a", &DeleteParams::default()).await.unwrap();
+    alice
+        .delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await
+        .unwrap();
+
+    let seen: Vec<(String, String, String)> = sim
+        .requests()
+        .into_iter()
+        .map(|r| {
+            assert_eq!(
+                (r.api_group.as_str(), r.resource.as_str()),
+                ("", "configmaps")
+            );
+            assert_eq!(r.namespace, "default");
+            (r.user, r.verb, r.name)
+        })
+        .collect();
+    let want = [
+        ("alice", "create", ""),
+        ("alice", "get", "a"),
+        ("alice", "patch", "a"),
+        ("alice", "get", "a"),
+        ("alice", "update", "a"),
+        ("", "list", ""),
+        ("alice", "delete", "a"),
+        ("alice", "deletecollection", ""),
+    ]
+    .map(|(u, v, n)| (u.to_owned(), v.to_owned(), n.to_owned()));
+    assert_eq!(seen, want);
+}
+
+#[tokio::test]
+async fn serves_the_objects_of_a_provisioners_manifests() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+    let sim = start().await;
+    let client = sim.client().unwrap();
+    let pp = PostParams::default();
+    let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": "p"}})).unwrap();
+    Api::namespaced(client.clone(), "default")
+        .create(&pp, &sa)
+        .await
+        .unwrap();
+    let rule = json!([{"apiGroups": [""], "resources": ["persistentvolumes"], "verbs": ["get"]}]);
+    let cr: ClusterRole =
+        serde_json::from_value(json!({"metadata": {"name": "p"}, "rules": rule})).unwrap();
+    Api::all(client.clone()).create(&pp, &cr).await.unwrap();
+    let binding = json!({
+        "metadata": {"name": "p"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "p"},
+        "subjects": [{"kind": "ServiceAccount", "name": "p", "namespace": "default"}],
+    });
+    let crb: ClusterRoleBinding = serde_json::from_value(binding.clone()).unwrap();
+    Api::all(client.clone()).create(&pp, &crb).await.unwrap();
+    let role: Role =
+        serde_json::from_value(json!({"metadata": {"name": "p"}, "rules": rule})).unwrap();
+    Api::namespaced(client.clone(), "default")
+        .create(&pp, &role)
+        .await
+        .unwrap();
+    let rb: RoleBinding = serde_json::from_value(binding).unwrap();
+    Api::namespaced(client.clone(), "default")
+        .create(&pp, &rb)
+        .await
+        .unwrap();
+    let deployment: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "p"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "p"}},
+            "template": {
+                "metadata": {"labels": {"app": "p"}},
+                "spec": {"containers": [{"name": "p", "image": "example.invalid/p:1"}]},
+            },
+        },
+    }))
+    .unwrap();
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    deployments.create(&pp, &deployment).await.unwrap();
+    assert_eq!(
+        deployments
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len(),
+        1
+    );
+    let discovery = kube::Discovery::new(client).run().await.unwrap();
+    assert!(discovery.has_group("apps") && discovery.has_group("rbac.authorization.k8s.io"));
+}

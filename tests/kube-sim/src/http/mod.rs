@@ -26,6 +26,7 @@ use crate::error::ApiError;
 use crate::faults::Faults;
 use crate::openapi;
 use crate::registry::Registry;
+use crate::requests::RequestLog;
 
 pub type Body = BoxBody<Bytes, Infallible>;
 
@@ -36,6 +37,7 @@ const MAX_BODY: usize = 3 * 1024 * 1024;
 pub struct ApiServer {
     pub registry: Arc<Registry>,
     pub faults: Faults,
+    pub requests: Arc<RequestLog>,
     pub bookmark_interval: Duration,
     pub minor_version: u32,
 }
@@ -123,6 +125,13 @@ async fn handle(server: Arc<ApiServer>, req: Request<Incoming>) -> Response<Body
                 .headers
                 .get(header::CONTENT_TYPE)
                 .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string(),
+            user: parts
+                .headers
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
                 .unwrap_or("")
                 .to_string(),
             user_agent: parts

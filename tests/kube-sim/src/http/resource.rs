@@ -26,6 +26,8 @@ pub struct RequestCtx {
     pub method: Method,
     pub accept: Option<String>,
     pub content_type: String,
+    /// The bearer token, if any (see [`crate::ApiRequest::user`]).
+    pub user: String,
     pub user_agent: String,
     pub query: Query,
     pub body: Bytes,
@@ -50,6 +52,15 @@ pub async fn handle(server: &Arc<ApiServer>, r: ResourceRoute, ctx: RequestCtx) 
     let def = &RESOURCES[r.res];
     let is_watch = ctx.query.flag("watch");
     let v = verb(&ctx.method, r.name.is_some(), is_watch);
+    server.requests.record(crate::ApiRequest {
+        user: ctx.user.clone(),
+        verb: v.to_string(),
+        api_group: def.group.to_string(),
+        resource: def.plural.to_string(),
+        subresource: r.subresource.clone().unwrap_or_default(),
+        namespace: r.namespace.clone().unwrap_or_default(),
+        name: r.name.clone().unwrap_or_default(),
+    });
     if let Err(e) = server.faults.before_request(v, def.plural).await {
         return error_response(&e);
     }
