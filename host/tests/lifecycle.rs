@@ -69,10 +69,16 @@ impl Cluster {
     }
 
     async fn start_host(&mut self, plugins_dir: PathBuf) {
+        self.start_host_with_client(plugins_dir, self.client.clone())
+            .await;
+    }
+
+    /// A host talking to the API server through `client`.
+    async fn start_host_with_client(&mut self, plugins_dir: PathBuf, client: Client) {
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         self.stop = Some(tx);
         let host = host(
-            self.client.clone(),
+            client,
             &plugins_dir,
             self.volumes_dir.path(),
             self.metrics.clone(),
@@ -777,5 +783,77 @@ async fn a_failed_delete_keeps_the_volume_and_says_why() {
     assert!(
         c.volumes().get_opt(&name).await.unwrap().is_some(),
         "the volume is kept"
+    );
+}
+
+/// `--kube-api-qps`/`--kube-api-burst`: however much work there is, the
+/// host never sends more than `burst + qps × t` requests in its first t
+/// seconds (counted by the API server; the test itself reads the store
+/// directly so it sends none).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_host_keeps_to_its_api_request_rate() {
+    use wasmprov::lifecycle::{throttle, ApiLimits};
+
+    let mut c = Cluster::start(&[hostpath()]).await;
+    c.stop_host().await;
+    c.hostpath_class("fast", serde_json::json!({})).await;
+    let n = 15;
+    for i in 0..n {
+        c.claim(&format!("c{i}"), "fast", serde_json::json!({}))
+            .await;
+    }
+    let limits = ApiLimits {
+        qps: 20.0,
+        burst: 5,
+    };
+    let faults = c.sim.faults().clone();
+    let before = faults.requests();
+    let start = tokio::time::Instant::now();
+    let client = throttle::client(kube::Config::new(c.sim.url().parse().unwrap()), limits).unwrap();
+    let dir = c._plugins_dir.path().to_owned();
+    c.start_host_with_client(dir, client).await;
+
+    let registry = c.sim.registry().clone();
+    let bound = |name: String| {
+        registry
+            .get(kube_sim::resources::PVC, "default", &name)
+            .is_ok_and(|claim| claim["status"]["phase"] == "Bound")
+    };
+    let mut max_ratio = 0.0f64;
+    let deadline = start + Duration::from_secs(60);
+    loop {
+        // Read the count before the clock: the bound holds at the later instant.
+        let sent = (faults.requests() - before) as f64;
+        // (+1e-6: floating-point rounding of the bucket's arithmetic)
+        let allowed =
+            f64::from(limits.burst) + f64::from(limits.qps) * start.elapsed().as_secs_f64() + 1e-6;
+        assert!(
+            sent <= allowed,
+            "{sent} requests after {:?}; the limit allows {allowed}",
+            start.elapsed()
+        );
+        max_ratio = max_ratio.max(sent / allowed);
+        if (0..n).all(|i| bound(format!("c{i}"))) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "claims not bound within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let sent = faults.requests() - before;
+    // Each claim costs a few requests: the limit was what paced the host.
+    assert!(sent >= 3 * n as u64, "only {sent} requests counted");
+    assert!(
+        start.elapsed().as_secs_f64()
+            >= (sent as f64 - f64::from(limits.burst)) / f64::from(limits.qps),
+        "{sent} requests in {:?}",
+        start.elapsed()
+    );
+    eprintln!(
+        "{sent} requests in {:?}; peak use of the allowance {:.0}%",
+        start.elapsed(),
+        max_ratio * 100.0
     );
 }

@@ -11,6 +11,7 @@ mod claims;
 pub mod decide;
 mod events;
 mod in_progress;
+pub mod throttle;
 mod volumes;
 
 use std::collections::HashMap;
@@ -31,6 +32,7 @@ use crate::metrics::Metrics;
 use crate::provisioner::Provisioner;
 pub use decide::Names;
 use events::Events;
+pub use throttle::ApiLimits;
 
 /// How the lifecycle behaves; the defaults follow the Go library.
 #[derive(Debug, Clone)]

@@ -77,6 +77,8 @@ struct Inner {
     /// Ordinal of the last watch started (never reset: every stream has one).
     watches_started: u64,
     stats: FaultStats,
+    /// Requests received (each watch counts once), see [`Faults::requests`].
+    requests: u64,
 }
 
 struct Shared {
@@ -102,6 +104,7 @@ impl Faults {
                 latency: Duration::ZERO,
                 watches_started: 0,
                 stats: FaultStats::default(),
+                requests: 0,
             }),
             paused: watch::channel(false).0,
             drop_generation: watch::channel(0).0,
@@ -167,6 +170,13 @@ impl Faults {
         self.lock().stats
     }
 
+    /// How many API requests have arrived so far (a watch counts once, when
+    /// it starts; the built-in controllers make none): to check a client's
+    /// request rate.
+    pub fn requests(&self) -> u64 {
+        self.lock().requests
+    }
+
     pub(crate) async fn wait_unpaused(&self) {
         let mut rx = self.0.paused.subscribe();
         // Err only when the sender is gone, i.e. the simulator is shutting down.
@@ -175,6 +185,7 @@ impl Faults {
 
     /// Run at the start of every request: pause, latency, then maybe an injected error.
     pub(crate) async fn before_request(&self, verb: &str, resource: &str) -> Result<(), ApiError> {
+        self.lock().requests += 1;
         self.wait_unpaused().await;
         let (latency, failure) = {
             let mut inner = self.lock();
