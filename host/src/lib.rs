@@ -7,6 +7,7 @@
 //! - [`quantity`], [`text`]: small helpers.
 
 pub mod cli;
+pub mod delivery;
 pub mod leader;
 pub mod lifecycle;
 pub mod metrics;

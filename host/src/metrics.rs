@@ -31,6 +31,20 @@ pub struct PluginResultLabels {
     pub result: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReloadLabels {
+    pub plugin: String,
+    /// `loaded`, `rejected` or `removed`.
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginVersionLabels {
+    pub plugin: String,
+    /// `sha256:<hex>` of the component serving the plugin's classes.
+    pub digest: String,
+}
+
 type ClassCounter = Family<ClassLabels, Counter>;
 type ClassHistogram = Family<ClassLabels, Histogram, fn() -> Histogram>;
 
@@ -47,6 +61,17 @@ pub struct Metrics {
     pub plugin_call_duration: Family<PluginCallLabels, Histogram, fn() -> Histogram>,
     /// 1 while this instance holds the leader lease (or runs without election).
     pub leader: Gauge,
+    /// New plugin versions seen, by outcome.
+    pub plugin_reloads: Family<ReloadLabels, Counter>,
+    /// 1 for the version each plugin serves; no series once it is removed.
+    pub plugin_info: Family<PluginVersionLabels, Gauge>,
+    /// Sandbox policy file changes, by result (`loaded`, `rejected`).
+    pub policy_reloads: Family<ResultLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub result: String,
 }
 
 fn latency_buckets() -> Histogram {
@@ -114,6 +139,24 @@ impl Default for Metrics {
             "1 while this instance is the active provisioner",
             leader.clone(),
         );
+        let plugin_reloads = Family::default();
+        wasmprov.register(
+            "plugin_reload",
+            "New plugin versions seen, by plugin and result (loaded, rejected, removed)",
+            plugin_reloads.clone(),
+        );
+        let plugin_info = Family::default();
+        wasmprov.register(
+            "plugin_info",
+            "The version (digest) each plugin serves, as a series with value 1",
+            plugin_info.clone(),
+        );
+        let policy_reloads = Family::default();
+        wasmprov.register(
+            "policy_reload",
+            "Sandbox policy file changes, by result (loaded, rejected)",
+            policy_reloads.clone(),
+        );
         Self {
             registry,
             provision_total,
@@ -125,6 +168,9 @@ impl Default for Metrics {
             plugin_calls,
             plugin_call_duration,
             leader,
+            plugin_reloads,
+            plugin_info,
+            policy_reloads,
         }
     }
 }
@@ -158,5 +204,28 @@ impl Metrics {
                 call: call.to_owned(),
             })
             .observe(took.as_secs_f64());
+    }
+
+    pub fn plugin_reload(&self, plugin: &str, result: &str) {
+        self.plugin_reloads
+            .get_or_create(&ReloadLabels {
+                plugin: plugin.to_owned(),
+                result: result.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Records that `plugin` now serves `digest` (`None`: nothing).
+    pub fn plugin_version(&self, plugin: &str, old: Option<&str>, new: Option<&str>) {
+        let labels = |digest: &str| PluginVersionLabels {
+            plugin: plugin.to_owned(),
+            digest: digest.to_owned(),
+        };
+        if let Some(old) = old {
+            self.plugin_info.remove(&labels(old));
+        }
+        if let Some(new) = new {
+            self.plugin_info.get_or_create(&labels(new)).set(1);
+        }
     }
 }

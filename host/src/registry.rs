@@ -1,110 +1,355 @@
-//! The plugins a host serves, by name: `<name>.wasm` files in a directory,
-//! each compiled, validated and bound to its sandbox policy. A plugin that
-//! fails to load is reported when a claim uses it; the others keep serving.
+//! The plugins a host serves, by name, and how a new version replaces an old
+//! one while claims are being provisioned.
+//!
+//! Sources (a watched directory, ConfigMaps) hand the registry component
+//! bytes; the registry compiles and validates them *before* swapping them in,
+//! so a broken file never serves a call. A call holds the version it started
+//! with (an `Arc`), so calls in flight finish on it while new calls get the
+//! new one.
+//!
+//! Removal policy: a removed plugin stops provisioning at once, but its last
+//! version is kept to delete the volumes it made. After a restart that
+//! version is found again in the compile cache by the digest recorded on each
+//! volume; if the cache is gone too, deletes fail with an event saying to
+//! restore the plugin, and the volume is kept (nothing is lost).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
 use k8s_openapi::api::core::v1::PersistentVolume;
+use sha2::{Digest, Sha256};
 
 use crate::metrics::Metrics;
 use crate::provisioner::{
-    DeleteError, DeleteState, PluginInfo, ProvisionError, ProvisionOptions, ProvisionState,
-    Provisioner,
+    annotations, DeleteError, DeleteState, PluginInfo, ProvisionError, ProvisionOptions,
+    ProvisionState, Provisioner,
 };
 use crate::runtime::{PolicySet, Runtime};
 use crate::wasm_provisioner::WasmProvisioner;
 
-/// Loaded plugins and the reasons others could not be loaded.
+/// What became of a new version handed to [`PluginRegistry::apply`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reload {
+    /// It serves from now on.
+    Loaded { digest: String },
+    /// The same bytes already serve (or were already rejected): nothing to do.
+    Unchanged,
+    /// It cannot be used; the previous version, if any, keeps serving.
+    Rejected { reason: String },
+}
+
+/// Loaded plugins, swappable one at a time.
 pub struct PluginRegistry {
-    dir: PathBuf,
-    loaded: BTreeMap<String, WasmProvisioner>,
-    failed: BTreeMap<String, String>,
+    runtime: Arc<Runtime>,
     metrics: Arc<Metrics>,
-    _runtime: Arc<Runtime>,
+    /// Where plugins come from, for error messages ("`<name>.wasm` files in …").
+    sources: String,
+    state: RwLock<State>,
+    /// One reload at a time, so two versions of a plugin never race to swap.
+    reloading: tokio::sync::Mutex<()>,
+}
+
+#[derive(Default)]
+struct State {
+    policies: Arc<PolicySet>,
+    serving: BTreeMap<String, Arc<WasmProvisioner>>,
+    /// The last version that could not be used, with why; shown to claims
+    /// when no version serves, and not retried until its bytes change.
+    rejected: BTreeMap<String, (String, String)>,
+    /// Removed plugins' last versions, kept to delete their volumes.
+    removed: BTreeMap<String, Arc<WasmProvisioner>>,
 }
 
 impl PluginRegistry {
-    /// Loads every `<name>.wasm` in `dir`.
+    /// An empty registry; `sources` tells users where plugins are looked for.
+    pub fn new(
+        runtime: Arc<Runtime>,
+        policies: PolicySet,
+        metrics: Arc<Metrics>,
+        sources: impl Into<String>,
+    ) -> Self {
+        Self {
+            runtime,
+            metrics,
+            sources: sources.into(),
+            state: RwLock::new(State {
+                policies: Arc::new(policies),
+                ..State::default()
+            }),
+            reloading: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The names and digests of the serving plugins.
+    pub fn serving(&self) -> Vec<(String, String)> {
+        let state = self.state.read().expect("registry lock");
+        state
+            .serving
+            .iter()
+            .map(|(name, p)| (name.clone(), p.plugin().digest().to_owned()))
+            .collect()
+    }
+
+    /// Compiles and validates `wasm` as the new version of `name` and, if it
+    /// is good, swaps it in. `origin` (a file, a ConfigMap) is for logs.
+    pub async fn apply(&self, name: &str, wasm: Vec<u8>, origin: &str) -> Reload {
+        let _one_at_a_time = self.reloading.lock().await;
+        let digest = format!("sha256:{}", hex::encode(Sha256::digest(&wasm)));
+        let (previous, policies) = {
+            let state = self.state.read().expect("registry lock");
+            let serving = state
+                .serving
+                .get(name)
+                .map(|p| p.plugin().digest().to_owned());
+            let known = serving.as_deref() == Some(&digest)
+                || state.rejected.get(name).is_some_and(|(d, _)| *d == digest);
+            if known {
+                return Reload::Unchanged;
+            }
+            (serving, state.policies.clone())
+        };
+        let started = Instant::now();
+        let runtime = self.runtime.clone();
+        let plugin_name = name.to_owned();
+        // Compiling takes up to seconds: keep it off the async workers.
+        let compiled = tokio::task::spawn_blocking(move || runtime.compile(&plugin_name, &wasm))
+            .await
+            .expect("compile task panicked");
+        let loaded = match compiled {
+            Ok(compiled) => {
+                self.runtime
+                    .instantiate(name, compiled, policies.for_plugin(name))
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        let mut state = self.state.write().expect("registry lock");
+        match loaded {
+            Ok(plugin) => {
+                let cache = plugin.compiled().cache;
+                state.serving.insert(
+                    name.to_owned(),
+                    Arc::new(WasmProvisioner::new(Arc::new(plugin))),
+                );
+                state.rejected.remove(name);
+                state.removed.remove(name);
+                drop(state);
+                tracing::info!(plugin = name, %digest, previous = previous.as_deref().unwrap_or("none"), origin, ?cache, took = ?started.elapsed(), "plugin version loaded");
+                self.metrics.plugin_reload(name, "loaded");
+                self.metrics
+                    .plugin_version(name, previous.as_deref(), Some(&digest));
+                Reload::Loaded { digest }
+            }
+            Err(e) => {
+                let reason = e.to_string();
+                state
+                    .rejected
+                    .insert(name.to_owned(), (digest.clone(), reason.clone()));
+                drop(state);
+                match &previous {
+                    Some(old) => {
+                        tracing::error!(plugin = name, %digest, origin, serving = %old, "plugin version rejected, the previous version keeps serving: {reason}")
+                    }
+                    None => {
+                        tracing::error!(plugin = name, %digest, origin, "plugin rejected: {reason}")
+                    }
+                }
+                self.metrics.plugin_reload(name, "rejected");
+                Reload::Rejected { reason }
+            }
+        }
+    }
+
+    /// Records a version that could not even be read or decoded.
+    pub fn reject(&self, name: &str, reason: &str) {
+        tracing::error!(plugin = name, "plugin version rejected: {reason}");
+        self.state
+            .write()
+            .expect("registry lock")
+            .rejected
+            .insert(name.to_owned(), (String::new(), reason.to_owned()));
+        self.metrics.plugin_reload(name, "rejected");
+    }
+
+    /// Counts a sandbox policy change by its result.
+    pub fn policy_reloaded(&self, result: &str) {
+        self.metrics
+            .policy_reloads
+            .get_or_create(&crate::metrics::ResultLabels {
+                result: result.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Stops serving `name` for new claims; its last version stays to delete
+    /// the volumes it made. Returns whether it was serving.
+    pub async fn remove(&self, name: &str, origin: &str) -> bool {
+        let _one_at_a_time = self.reloading.lock().await;
+        let mut state = self.state.write().expect("registry lock");
+        state.rejected.remove(name);
+        let Some(last) = state.serving.remove(name) else {
+            return false;
+        };
+        let digest = last.plugin().digest().to_owned();
+        state.removed.insert(name.to_owned(), last);
+        drop(state);
+        tracing::warn!(plugin = name, %digest, origin, "plugin removed: its classes cannot provision until it is back; volumes it made can still be deleted");
+        self.metrics.plugin_reload(name, "removed");
+        self.metrics.plugin_version(name, Some(&digest), None);
+        true
+    }
+
+    /// Applies a new sandbox policy to every loaded plugin, or to none: if
+    /// any plugin cannot run under it, the old policy stays.
+    pub async fn set_policies(&self, policies: PolicySet) -> Result<(), String> {
+        let _one_at_a_time = self.reloading.lock().await;
+        let current: Vec<(String, Arc<WasmProvisioner>, bool)> = {
+            let state = self.state.read().expect("registry lock");
+            let serving = state
+                .serving
+                .iter()
+                .map(|(n, p)| (n.clone(), p.clone(), true));
+            let removed = state
+                .removed
+                .iter()
+                .map(|(n, p)| (n.clone(), p.clone(), false));
+            serving.chain(removed).collect()
+        };
+        let mut rebound = Vec::with_capacity(current.len());
+        for (name, old, serving) in current {
+            let policy = policies.for_plugin(&name);
+            if *old.plugin().policy() == policy {
+                rebound.push((name, old, serving));
+                continue;
+            }
+            let plugin = self
+                .runtime
+                .instantiate(&name, old.plugin().compiled().clone(), policy)
+                .await
+                .map_err(|e| e.to_string())?;
+            rebound.push((
+                name,
+                Arc::new(WasmProvisioner::new(Arc::new(plugin))),
+                serving,
+            ));
+        }
+        let mut state = self.state.write().expect("registry lock");
+        state.policies = Arc::new(policies);
+        for (name, plugin, serving) in rebound {
+            let map = if serving {
+                &mut state.serving
+            } else {
+                &mut state.removed
+            };
+            map.insert(name, plugin);
+        }
+        // A version rejected under the old policy may be fine under the new one.
+        state.rejected.clear();
+        Ok(())
+    }
+
+    /// A registry loaded once from `dir`, without watching it (tests, benchmarks).
     pub async fn load_dir(
         runtime: Arc<Runtime>,
-        dir: &Path,
+        dir: &std::path::Path,
         policies: &PolicySet,
         metrics: Arc<Metrics>,
     ) -> std::io::Result<Self> {
-        let mut loaded = BTreeMap::new();
-        let mut failed = BTreeMap::new();
-        let mut files: Vec<_> = std::fs::read_dir(dir)?
-            .filter_map(Result::ok)
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|e| e == "wasm"))
-            .collect();
-        files.sort();
-        for file in files {
-            let Some(name) = file.file_stem().and_then(|s| s.to_str()).map(str::to_owned) else {
-                continue;
-            };
-            let result = match std::fs::read(&file) {
-                Ok(bytes) => runtime
-                    .load(&name, &bytes, policies.for_plugin(&name))
-                    .await
-                    .map_err(|e| e.to_string()),
-                Err(e) => Err(format!("cannot read {}: {e}", file.display())),
-            };
-            match result {
-                Ok(plugin) => {
-                    tracing::info!(plugin = %name, digest = %plugin.digest(), file = %file.display(), "loaded plugin");
-                    loaded.insert(name, WasmProvisioner::new(Arc::new(plugin)));
-                }
-                Err(message) => {
-                    tracing::error!(plugin = %name, file = %file.display(), "cannot load plugin: {message}");
-                    failed.insert(name, message);
-                }
-            }
-        }
-        for name in policies.plugin_names() {
-            if !loaded.contains_key(name) && !failed.contains_key(name) {
-                tracing::warn!(plugin = name, dir = %dir.display(), "the sandbox policy names a plugin that is not in the plugins directory (a typo?)");
-            }
-        }
-        Ok(Self {
-            dir: dir.to_owned(),
-            loaded,
-            failed,
-            metrics,
-            _runtime: runtime,
-        })
+        let mut plugins = crate::delivery::PluginDir::new(dir);
+        let registry = Self::new(runtime, policies.clone(), metrics, plugins.describe());
+        plugins.sync(&registry).await?;
+        Ok(registry)
     }
 
-    pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.loaded.keys().map(String::as_str)
-    }
-
-    fn get(&self, plugin: &str) -> Result<&WasmProvisioner, String> {
-        if let Some(p) = self.loaded.get(plugin) {
-            return Ok(p);
+    /// The version serving new provisions of `plugin`.
+    fn serving_version(&self, plugin: &str) -> Result<Arc<WasmProvisioner>, String> {
+        let state = self.state.read().expect("registry lock");
+        if let Some(p) = state.serving.get(plugin) {
+            return Ok(p.clone());
         }
-        if let Some(reason) = self.failed.get(plugin) {
+        if let Some((_, reason)) = state.rejected.get(plugin) {
             return Err(format!("plugin {plugin} failed to load: {reason}"));
         }
-        let loaded: Vec<&str> = self.names().collect();
+        if state.removed.contains_key(plugin) {
+            return Err(format!(
+                "plugin {plugin} was removed from {}; claims of its classes cannot be provisioned until it is back (volumes it made can still be deleted)",
+                self.sources
+            ));
+        }
+        let names: Vec<&str> = state.serving.keys().map(String::as_str).collect();
         Err(format!(
-            "no plugin named {plugin:?} is loaded; plugins are <name>.wasm files in {} (loaded: {})",
-            self.dir.display(),
-            if loaded.is_empty() {
+            "no plugin named {plugin:?} is loaded; plugins are {} (loaded: {})",
+            self.sources,
+            if names.is_empty() {
                 "none".to_owned()
             } else {
-                loaded.join(", ")
+                names.join(", ")
             }
         ))
+    }
+
+    /// The version to delete `pv` with: the serving one, else the removed
+    /// plugin's last version, else the version recorded on the volume, from
+    /// the compile cache.
+    async fn deleting_version(
+        &self,
+        plugin: &str,
+        pv: &PersistentVolume,
+    ) -> Result<Arc<WasmProvisioner>, String> {
+        {
+            let state = self.state.read().expect("registry lock");
+            if let Some(p) = state.serving.get(plugin).or(state.removed.get(plugin)) {
+                return Ok(p.clone());
+            }
+        }
+        let digest = pv
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(annotations::PLUGIN_DIGEST));
+        let unavailable = || {
+            format!(
+                "plugin {plugin} is not loaded and the version that made this volume ({}) is not in the compile cache; restore the plugin ({}) to delete the volume",
+                digest.map_or("unrecorded", String::as_str),
+                self.sources
+            )
+        };
+        let Some(digest) = digest else {
+            return Err(unavailable());
+        };
+        let runtime = self.runtime.clone();
+        let (name, key) = (plugin.to_owned(), digest.clone());
+        let compiled = tokio::task::spawn_blocking(move || runtime.compile_cached(&name, &key))
+            .await
+            .expect("cache task panicked")
+            .ok_or_else(unavailable)?
+            .map_err(|e| e.to_string())?;
+        let policy = self
+            .state
+            .read()
+            .expect("registry lock")
+            .policies
+            .for_plugin(plugin);
+        let plugin_version = self
+            .runtime
+            .instantiate(plugin, compiled, policy)
+            .await
+            .map_err(|e| e.to_string())?;
+        let version = Arc::new(WasmProvisioner::new(Arc::new(plugin_version)));
+        tracing::info!(plugin, %digest, "restored a removed plugin's version from the compile cache to delete its volumes");
+        let mut state = self.state.write().expect("registry lock");
+        Ok(state
+            .removed
+            .entry(plugin.to_owned())
+            .or_insert(version)
+            .clone())
     }
 }
 
 impl Provisioner for PluginRegistry {
     fn plugin(&self, plugin: &str) -> Result<PluginInfo, String> {
-        self.get(plugin).map(|p| PluginInfo {
+        self.serving_version(plugin).map(|p| PluginInfo {
             block_volumes: p.supports_block(),
         })
     }
@@ -115,7 +360,7 @@ impl Provisioner for PluginRegistry {
         opts: &ProvisionOptions,
     ) -> Result<PersistentVolume, ProvisionError> {
         let backend = self
-            .get(plugin)
+            .serving_version(plugin)
             .map_err(|m| ProvisionError::new(ProvisionState::Failed, m))?;
         let started = Instant::now();
         let result = backend.provision(opts).await;
@@ -135,7 +380,10 @@ impl Provisioner for PluginRegistry {
     }
 
     async fn delete(&self, plugin: &str, pv: &PersistentVolume) -> Result<(), DeleteError> {
-        let backend = self.get(plugin).map_err(DeleteError::failed)?;
+        let backend = self
+            .deleting_version(plugin, pv)
+            .await
+            .map_err(DeleteError::failed)?;
         let started = Instant::now();
         let result = backend.delete(pv).await;
         let outcome = match &result {

@@ -18,7 +18,7 @@ use kube::api::PostParams;
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 
-use super::run::{load_plugins, shutdown_signal, LifecycleArgs};
+use super::run::{serve_plugins, shutdown_signal, LifecycleArgs};
 use super::RuntimeArgs;
 use crate::lifecycle;
 use crate::ops::{self, Ops};
@@ -99,7 +99,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
     let ops_listener = ops::bind(args.metrics_address).await?;
     let metrics_address = ops_listener.local_addr()?;
     let ops_server = tokio::spawn(ops::serve(ops_listener, ops.clone()));
-    let registry = load_plugins(
+    let registry = serve_plugins(
         &plugins_dir,
         &RuntimeArgs {
             policy: Some(policy_file),
@@ -114,7 +114,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let lifecycle_task = tokio::spawn(lifecycle::run(
         client.clone(),
-        Arc::new(registry),
+        registry,
         config,
         ops.metrics.clone(),
         async move {

@@ -54,7 +54,7 @@ pub enum LogFormat {
 pub struct RuntimeArgs {
     /// Sandbox policy file (YAML); without it plugins get the default limits,
     /// no directories and no network.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", env = "WASMPROV_POLICY")]
     pub policy: Option<PathBuf>,
     /// Directory for compiled components, so the next load skips compilation.
     #[arg(

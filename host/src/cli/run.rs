@@ -1,19 +1,20 @@
 //! `wasmprov run`: the provisioner host against a real cluster.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Args;
 
 use super::RuntimeArgs;
+use crate::delivery::{self, WatchConfig};
 use crate::leader::{self, LeaseConfig};
 use crate::lifecycle::{self, Names};
 use crate::metrics::Metrics;
 use crate::ops::{self, Ops};
 use crate::registry::PluginRegistry;
-use crate::runtime::{PolicySet, Runtime, RuntimeConfig};
+use crate::runtime::{Runtime, RuntimeConfig};
 
 #[derive(Debug, Clone, Args)]
 pub struct LifecycleArgs {
@@ -82,8 +83,9 @@ impl LifecycleArgs {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Directory of plugins: each `<name>.wasm` serves the classes whose
-    /// `parameters.plugin` is `<name>`.
+    /// Directory of plugins, watched for changes: each `<name>.wasm` (or
+    /// `.wasm.gz`, `.wasm.zst`) serves the classes whose `parameters.plugin`
+    /// is `<name>`. New versions replace old ones without a restart.
     #[arg(long, value_name = "DIR", env = "WASMPROV_PLUGINS_DIR")]
     pub plugins_dir: PathBuf,
     /// Kubeconfig file; without it the in-cluster config (or $KUBECONFIG,
@@ -129,12 +131,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let ops = Arc::new(Ops::default());
     let listener = ops::bind(args.metrics_address).await?;
     let server = tokio::spawn(ops::serve(listener, ops.clone()));
-    let registry = load_plugins(&args.plugins_dir, &args.runtime, ops.metrics.clone()).await?;
+    let registry = serve_plugins(&args.plugins_dir, &args.runtime, ops.metrics.clone()).await?;
     ops.set_ready(true);
     let config = args.lifecycle.config();
     let lifecycle = lifecycle::run(
         client.clone(),
-        Arc::new(registry),
+        registry,
         config.clone(),
         ops.metrics.clone(),
         shutdown_signal(),
@@ -177,16 +179,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
 }
 
-/// Loads the plugins directory with the sandbox policy.
-pub async fn load_plugins(
-    dir: &std::path::Path,
+/// Loads the plugins directory and the sandbox policy, then keeps watching
+/// both: new versions are validated and swapped in as they arrive.
+pub async fn serve_plugins(
+    dir: &Path,
     args: &RuntimeArgs,
     metrics: Arc<Metrics>,
-) -> anyhow::Result<PluginRegistry> {
-    let policies = match &args.policy {
-        Some(path) => PolicySet::load(path)?,
-        None => PolicySet::default(),
-    };
+) -> anyhow::Result<Arc<PluginRegistry>> {
     let cache_dir = if args.no_cache {
         None
     } else {
@@ -196,9 +195,14 @@ pub async fn load_plugins(
         cache_dir,
         ..RuntimeConfig::default()
     })?;
-    PluginRegistry::load_dir(Arc::new(runtime), dir, &policies, metrics)
-        .await
-        .with_context(|| format!("cannot read the plugins directory {}", dir.display()))
+    delivery::serve_directory(
+        dir,
+        args.policy.as_deref(),
+        Arc::new(runtime),
+        metrics,
+        WatchConfig::default(),
+    )
+    .await
 }
 
 /// The host name plus the process id: unique enough among replicas.

@@ -138,6 +138,7 @@ pub struct Compiled {
     pub(crate) pre: ProvisionerPre<CallState>,
     /// `sha256:<hex>` of the component bytes.
     pub digest: String,
+    /// Bytes of the component; 0 when it was found in the cache by digest alone.
     pub size: usize,
     pub contract_version: String,
     pub surface: Surface,
@@ -243,8 +244,48 @@ impl Runtime {
                 (component, outcome)
             }
         };
-        let compile_time = started.elapsed();
+        self.validate(
+            plugin,
+            component,
+            digest,
+            bytes.len(),
+            outcome,
+            started.elapsed(),
+        )
+    }
 
+    /// A component compiled earlier, found in the compile cache by its digest
+    /// (`sha256:<hex>`) alone: how the host still deletes volumes made by a
+    /// plugin whose file has since been removed. `None` if it is not cached.
+    pub fn compile_cached(
+        &self,
+        plugin: &str,
+        digest: &str,
+    ) -> Option<Result<Compiled, LoadError>> {
+        let key = digest.strip_prefix("sha256:")?;
+        let started = Instant::now();
+        let component = self.cache.as_ref()?.load(&self.engine, key)?;
+        Some(self.validate(
+            plugin,
+            component,
+            digest.to_owned(),
+            0,
+            CacheOutcome::Hit,
+            started.elapsed(),
+        ))
+    }
+
+    /// Checks a compiled component against the contract and the sandbox's imports.
+    fn validate(
+        &self,
+        plugin: &str,
+        component: Component,
+        digest: String,
+        size: usize,
+        cache: CacheOutcome,
+        compile_time: Duration,
+    ) -> Result<Compiled, LoadError> {
+        let name = || plugin.to_owned();
         let surface = inspect::surface(&self.engine, &component);
         let contract_version = inspect::check_contract(&surface).map_err(|m| match m {
             Mismatch::WrongWorld { exports } => LoadError::WrongWorld {
@@ -271,10 +312,10 @@ impl Runtime {
         Ok(Compiled {
             pre,
             digest,
-            size: bytes.len(),
+            size,
             contract_version,
             surface,
-            cache: outcome,
+            cache,
             compile_time,
         })
     }

@@ -2,6 +2,8 @@
 //! and Kubernetes objects to feed them.
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod kubelet;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
@@ -42,6 +44,35 @@ fn build_components() {
             String::from_utf8_lossy(&out.stderr)
         );
     });
+}
+
+/// Builds the Rust plugins and test guests only (`plugins/build.sh
+/// --rust-only`, what `wasmprov dev` and deploy/README.md use): needs nothing
+/// but the wasm32-wasip2 target.
+fn build_rust_components() {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let root = workspace_root();
+        let out = std::process::Command::new("bash")
+            .arg(root.join("plugins/build.sh"))
+            .args(["--quiet", "--rust-only"])
+            .current_dir(&root)
+            .output()
+            .expect("run plugins/build.sh --rust-only");
+        assert!(
+            out.status.success(),
+            "plugins/build.sh --rust-only failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
+}
+
+/// A built Rust plugin, `target/plugins/<name>.wasm`, without building the
+/// C, JavaScript and Python ones.
+pub fn rust_plugin_path(name: &str) -> PathBuf {
+    build_rust_components();
+    workspace_root().join(format!("target/plugins/{name}.wasm"))
 }
 
 /// A built plugin: `target/plugins/<name>.wasm`.

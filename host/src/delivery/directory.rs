@@ -1,0 +1,187 @@
+//! A directory of plugin files, kept in step with the registry.
+//!
+//! Files are compared by what `stat` says (size, mtime, inode), following
+//! symlinks: kubelet updates a mounted ConfigMap by pointing `..data` at a
+//! new directory, so every file behind a symlink gets a new inode at once.
+//! A file that changes while it is read is left for the next pass, so a
+//! half-written file is never loaded.
+
+use std::collections::{BTreeMap, HashMap};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use super::encoding::{self, Encoding};
+use crate::registry::{PluginRegistry, Reload};
+
+/// What `stat` says of a file; any change means new content may be there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Fingerprint {
+    len: u64,
+    mtime_ns: i128,
+    ino: u64,
+    dev: u64,
+}
+
+impl Fingerprint {
+    fn of(path: &Path) -> std::io::Result<Self> {
+        let m = std::fs::metadata(path)?;
+        Ok(Self {
+            len: m.len(),
+            mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+            ino: m.ino(),
+            dev: m.dev(),
+        })
+    }
+}
+
+/// The plugins directory and what was last seen in it.
+#[derive(Debug)]
+pub struct PluginDir {
+    dir: PathBuf,
+    seen: HashMap<String, (PathBuf, Fingerprint)>,
+    /// Plugins with several files, as last reported.
+    ambiguous: HashMap<String, String>,
+}
+
+/// The outcome of one [`PluginDir::sync`].
+#[derive(Debug, Default)]
+pub struct Synced {
+    /// Each plugin file read in this pass, with what the registry made of it.
+    pub applied: Vec<(String, Reload)>,
+    pub removed: Vec<String>,
+    /// A file changed while being read: sync again shortly.
+    pub unsettled: bool,
+}
+
+impl PluginDir {
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self {
+            dir: dir.into(),
+            seen: HashMap::new(),
+            ambiguous: HashMap::new(),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Where users should put plugins, for error messages.
+    pub fn describe(&self) -> String {
+        format!(
+            "<name>.wasm, <name>.wasm.gz or <name>.wasm.zst files in {}",
+            self.dir.display()
+        )
+    }
+
+    /// Reads every file again on the next sync (e.g. after a policy change,
+    /// when a version rejected before may now load).
+    pub fn forget(&mut self) {
+        self.seen.clear();
+    }
+
+    /// Brings the registry in line with the directory: new and changed files
+    /// are loaded, files gone are removed. An unreadable directory changes
+    /// nothing (a mount being replaced must not unload every plugin).
+    pub async fn sync(&mut self, registry: &PluginRegistry) -> std::io::Result<Synced> {
+        let files = self.list()?;
+        let mut synced = Synced::default();
+        for (name, found) in &files {
+            let (path, encoding) = match found.as_slice() {
+                [one] => one,
+                several => {
+                    let paths: Vec<String> = several
+                        .iter()
+                        .map(|(p, _)| p.display().to_string())
+                        .collect();
+                    let reason = format!(
+                        "plugin {name}: several files for one plugin: {}; keep one (none of them is loaded until then)",
+                        paths.join(", ")
+                    );
+                    // Reported once per set of files, not on every pass.
+                    let state: Vec<_> = several
+                        .iter()
+                        .map(|(p, _)| Fingerprint::of(p).ok())
+                        .collect();
+                    let key = format!("{reason}{state:?}");
+                    if self.ambiguous.get(name) != Some(&key) {
+                        registry.reject(name, &reason);
+                        self.ambiguous.insert(name.clone(), key);
+                    }
+                    continue;
+                }
+            };
+            self.ambiguous.remove(name);
+            let Ok(before) = Fingerprint::of(path) else {
+                synced.unsettled = true; // vanished between listing and reading
+                continue;
+            };
+            if self.seen.get(name) == Some(&(path.clone(), before)) {
+                continue;
+            }
+            let bytes = match tokio::fs::read(path).await {
+                Ok(bytes) => bytes,
+                Err(e) => {
+                    tracing::warn!(plugin = %name, file = %path.display(), "cannot read plugin file, will retry: {e}");
+                    synced.unsettled = true;
+                    continue;
+                }
+            };
+            if Fingerprint::of(path).ok() != Some(before) || bytes.len() as u64 != before.len {
+                synced.unsettled = true;
+                continue;
+            }
+            self.seen.insert(name.clone(), (path.clone(), before));
+            let origin = path.display().to_string();
+            let encoding = *encoding;
+            let outcome =
+                match tokio::task::spawn_blocking(move || encoding::decode(encoding, bytes))
+                    .await
+                    .expect("decode task panicked")
+                {
+                    Ok(wasm) => registry.apply(name, wasm, &origin).await,
+                    Err(e) => {
+                        let reason = format!("plugin {name}: {origin}: {e}");
+                        registry.reject(name, &reason);
+                        Reload::Rejected { reason }
+                    }
+                };
+            synced.applied.push((name.clone(), outcome));
+        }
+        let gone: Vec<String> = self
+            .seen
+            .keys()
+            .filter(|name| !files.contains_key(*name))
+            .cloned()
+            .collect();
+        for name in gone {
+            let (path, _) = self.seen.remove(&name).expect("listed above");
+            if registry.remove(&name, &path.display().to_string()).await {
+                synced.removed.push(name);
+            }
+        }
+        Ok(synced)
+    }
+
+    /// Plugin files by plugin name (several if a name is ambiguous).
+    fn list(&self) -> std::io::Result<BTreeMap<String, Vec<(PathBuf, Encoding)>>> {
+        let mut files: BTreeMap<String, Vec<(PathBuf, Encoding)>> = BTreeMap::new();
+        for entry in std::fs::read_dir(&self.dir)? {
+            let entry = entry?;
+            let file_name = entry.file_name();
+            let Some((name, encoding)) = file_name.to_str().and_then(encoding::plugin_file) else {
+                continue;
+            };
+            let path = entry.path();
+            // Symlinks are followed (kubelet's layout); directories are not plugins.
+            if !std::fs::metadata(&path).is_ok_and(|m| m.is_file()) {
+                continue;
+            }
+            files
+                .entry(name.to_owned())
+                .or_default()
+                .push((path, encoding));
+        }
+        Ok(files)
+    }
+}
