@@ -6,6 +6,7 @@
 
 pub mod directory;
 pub mod encoding;
+pub mod package;
 mod policy_file;
 mod watch;
 

@@ -13,6 +13,7 @@ use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
 
 mod conformance;
+mod pack;
 
 use super::RuntimeArgs;
 use crate::provisioner::ProvisionOptions;
@@ -30,6 +31,10 @@ pub enum PluginCommand {
     /// Run the conformance suite against the plugin (no cluster needed);
     /// prints a pass/fail table, exits non-zero on a failure.
     Test(conformance::TestArgs),
+    /// Print the ConfigMaps that deliver FILE as plugin NAME, as YAML for
+    /// `kubectl apply --server-side -f -` (split into parts and a manifest
+    /// when it does not fit one ConfigMap).
+    Pack(pack::PackArgs),
 }
 
 #[derive(Debug, Args)]
@@ -83,6 +88,7 @@ pub async fn run(cmd: PluginCommand) -> anyhow::Result<ExitCode> {
         PluginCommand::Invoke(args) => invoke(args).await,
         PluginCommand::Delete(args) => delete(args).await,
         PluginCommand::Test(args) => conformance::test(args).await,
+        PluginCommand::Pack(args) => pack::pack(args).await,
     }
 }
 
