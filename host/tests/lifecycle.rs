@@ -857,3 +857,129 @@ async fn the_host_keeps_to_its_api_request_rate() {
         max_ratio * 100.0
     );
 }
+
+/// Plugin calls of `plugin` and `call`, whatever their result.
+fn plugin_calls(metrics: &Metrics, plugin: &str, call: &str) -> u64 {
+    let prefix = format!("wasmprov_plugin_calls_total{{plugin=\"{plugin}\",call=\"{call}\",");
+    metrics
+        .encode()
+        .lines()
+        .filter(|l| l.starts_with(&prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// `--failed-provision-threshold`: after that many failures the host stops
+/// retrying, says so on the claim with how to retry, and tries once more when
+/// the claim changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_that_keeps_failing_is_given_up_with_an_event_saying_how_to_retry() {
+    let c = Cluster::start_with(&[misbehave()], |config| {
+        config.failed_provision_threshold = 3;
+    })
+    .await;
+    c.class(
+        "broken",
+        &[("plugin", "misbehave"), ("behavior", "fail")],
+        serde_json::json!({}),
+    )
+    .await;
+    c.claim("data", "broken", serde_json::json!({})).await;
+    let e = c
+        .event(
+            "data",
+            "ProvisioningFailed",
+            "Gave up provisioning after 3 failed attempts",
+        )
+        .await;
+    let message = e.message.unwrap();
+    assert_eq!(e.type_.as_deref(), Some("Warning"));
+    for want in [
+        "--failed-provision-threshold=3",
+        "deliberate failure",
+        "kubectl annotate pvc data -n default",
+        "recreated",
+    ] {
+        assert!(message.contains(want), "{want:?} in {message}");
+    }
+    assert_eq!(plugin_calls(&c.metrics, "misbehave", "provision"), 3);
+    // Retries came every 100-400 ms; none come now.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        plugin_calls(&c.metrics, "misbehave", "provision"),
+        3,
+        "no retries after giving up"
+    );
+
+    // What the event says to do: a change to the claim gets one more try.
+    let patch = serde_json::json!({"metadata": {"annotations": {"wasmprov.io/retry": "1"}}});
+    c.claims()
+        .patch(
+            "data",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+    c.event(
+        "data",
+        "ProvisioningFailed",
+        "Gave up provisioning after 4 failed attempts",
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(plugin_calls(&c.metrics, "misbehave", "provision"), 4);
+}
+
+/// `--failed-delete-threshold`: the same for a volume whose storage cannot
+/// be deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_volume_that_keeps_failing_to_delete_is_given_up_with_an_event() {
+    let c = Cluster::start_with(&[misbehave()], |config| {
+        config.failed_delete_threshold = 2;
+    })
+    .await;
+    c.class("ok", &[("plugin", "misbehave")], serde_json::json!({}))
+        .await;
+    c.claim("data", "ok", serde_json::json!({})).await;
+    let pv = c.bound_volume("data").await;
+    let name = pv.name_any();
+    let patch = serde_json::json!({"metadata": {"annotations": {"wasmprov.io/parameters": r#"{"behavior":"fail"}"#}}});
+    c.volumes()
+        .patch(
+            &name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+    c.delete_claim("data").await;
+    let e = eventually("a give-up event on the volume", || async {
+        Api::<Event>::all(c.client.clone())
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .find(|e| {
+                e.involved_object.name.as_deref() == Some(name.as_str())
+                    && e.reason.as_deref() == Some("VolumeFailedDelete")
+                    && e.message
+                        .as_deref()
+                        .is_some_and(|m| m.contains("Gave up deleting"))
+            })
+    })
+    .await;
+    let message = e.message.unwrap();
+    for want in [
+        "after 2 failed attempts",
+        "--failed-delete-threshold=2",
+        "deliberate delete failure",
+        &format!("kubectl annotate pv {name}"),
+    ] {
+        assert!(message.contains(want), "{want:?} in {message}");
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(plugin_calls(&c.metrics, "misbehave", "delete"), 2);
+    assert!(c.volumes().get_opt(&name).await.unwrap().is_some());
+}

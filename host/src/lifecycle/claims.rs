@@ -14,7 +14,7 @@ use kube::{Api, Resource, ResourceExt};
 
 use super::decide::{self, keys, ClaimDecision};
 use super::events::{self, *};
-use super::{retry_after, Context, Error};
+use super::{retry_after, AfterFailure, Context, Error};
 use crate::metrics::Metrics;
 use crate::provisioner::{ProvisionOptions, ProvisionState, Provisioner};
 
@@ -68,9 +68,70 @@ pub(super) fn error_policy<P: Provisioner>(
     error: &Error,
     ctx: Arc<Context<P>>,
 ) -> Action {
-    let n = ctx.fail(&claim.uid().unwrap_or_default());
-    tracing::warn!(claim = %key(&claim), failures = n, error = %error, "provisioning failed; retrying");
-    Action::requeue(ctx.backoff(n))
+    let failure = failed(&claim, &ctx, &error.to_string());
+    if let AfterFailure::GiveUp(n) = failure {
+        // Error policies cannot wait: publish on the side.
+        let event = give_up_event(&claim, &ctx, n, &error.to_string());
+        tokio::spawn(event);
+    }
+    ctx.after(failure)
+}
+
+/// The version of what provisioning a claim depends on: the claim and its
+/// class. A threshold gives up on one version; a change means one more try.
+fn version<P>(claim: &PersistentVolumeClaim, ctx: &Context<P>) -> String {
+    let class = claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.storage_class_name.as_deref())
+        .and_then(|name| ctx.classes.get(&ObjectRef::new(name)))
+        .and_then(|c| c.resource_version())
+        .unwrap_or_default();
+    format!("{}/{class}", claim.resource_version().unwrap_or_default())
+}
+
+/// Counts a failed provision of `claim` against the threshold, and logs.
+fn failed<P>(claim: &PersistentVolumeClaim, ctx: &Context<P>, error: &str) -> AfterFailure {
+    let threshold = ctx.config.failed_provision_threshold;
+    let failure = ctx.fail(
+        &claim.uid().unwrap_or_default(),
+        threshold,
+        &version(claim, ctx),
+    );
+    match failure {
+        AfterFailure::Retry(n) => {
+            tracing::warn!(claim = %key(claim), failures = n, error, "provisioning failed; retrying")
+        }
+        AfterFailure::GiveUp(n) => {
+            tracing::error!(claim = %key(claim), failures = n, threshold, error, "provisioning failed; giving up until the claim or its StorageClass changes")
+        }
+    }
+    failure
+}
+
+/// The Warning that says the host stopped retrying, and how to make it retry.
+fn give_up_event<P>(
+    claim: &PersistentVolumeClaim,
+    ctx: &Context<P>,
+    failures: u32,
+    error: &str,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let message = format!(
+        "Gave up provisioning after {failures} failed attempts (--failed-provision-threshold={}); \
+         the last error: {error}. The host tries again once each time the claim or its \
+         StorageClass changes (e.g. `kubectl annotate pvc {} -n {} wasmprov.io/retry=\"$(date +%s)\" \
+         --overwrite`), and from scratch if the claim is recreated or the host restarts.",
+        ctx.config.failed_provision_threshold,
+        claim.name_any(),
+        claim.namespace().unwrap_or_default(),
+    );
+    let events = ctx.events.clone();
+    let reference = claim.object_ref(&());
+    async move {
+        events
+            .warning(&reference, PROVISIONING_FAILED, "Provisioning", message)
+            .await;
+    }
 }
 
 fn key(claim: &PersistentVolumeClaim) -> String {
@@ -102,9 +163,8 @@ async fn provision<P: Provisioner>(
         }
     }
 
-    let threshold = ctx.config.failed_provision_threshold;
-    if threshold > 0 && ctx.failures(&uid) >= threshold {
-        tracing::warn!(claim = %key(claim), "giving up after {threshold} failed provisions");
+    if ctx.given_up(&uid, &version(claim, ctx)) {
+        tracing::debug!(claim = %key(claim), "gave up provisioning; waiting for a change");
         return Ok(Action::await_change());
     }
 
@@ -229,7 +289,6 @@ async fn provision_failed<P: Provisioner>(
     ctx: &Context<P>,
 ) -> Result<Action, Error> {
     let reference = claim.object_ref(&());
-    let uid = claim.uid().unwrap_or_default();
     let message = format!(
         "failed to provision volume with StorageClass {:?}: {}",
         claim
@@ -240,10 +299,7 @@ async fn provision_failed<P: Provisioner>(
         e.message
     );
     match e.state {
-        ProvisionState::NoChange => {
-            let n = ctx.fail(&uid);
-            Ok(retry_after(ctx.backoff(n)))
-        }
+        ProvisionState::NoChange => Ok(after_failure(claim, ctx, &message).await),
         ProvisionState::Reschedule => {
             ctx.events
                 .warning(&reference, PROVISIONING_FAILED, "Provisioning", message)
@@ -263,13 +319,21 @@ async fn provision_failed<P: Provisioner>(
                     &reference,
                     events::PROVISIONING_FAILED,
                     "Provisioning",
-                    message,
+                    message.clone(),
                 )
                 .await;
-            let n = ctx.fail(&uid);
-            Ok(retry_after(ctx.backoff(n)))
+            Ok(after_failure(claim, ctx, &message).await)
         }
     }
+}
+
+/// Counts a failure; on giving up, says so on the claim.
+async fn after_failure<P>(claim: &PersistentVolumeClaim, ctx: &Context<P>, error: &str) -> Action {
+    let failure = failed(claim, ctx, error);
+    if let AfterFailure::GiveUp(n) = failure {
+        give_up_event(claim, ctx, n, error).await;
+    }
+    ctx.after(failure)
 }
 
 /// Asks the scheduler for another node (the `reschedule` state).

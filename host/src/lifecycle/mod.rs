@@ -23,7 +23,6 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client};
@@ -31,7 +30,7 @@ use kube::{Api, Client};
 use crate::metrics::Metrics;
 use crate::provisioner::Provisioner;
 pub use decide::Names;
-use events::Events;
+use events::{Events, Reporter};
 pub use throttle::ApiLimits;
 
 /// How the lifecycle behaves; the defaults follow the Go library.
@@ -98,32 +97,65 @@ struct Context<P> {
     metrics: Arc<Metrics>,
     in_progress: in_progress::InProgress,
     /// Failures per object uid, for backoff and thresholds.
-    failures: Mutex<HashMap<String, u32>>,
+    failures: Mutex<HashMap<String, Failures>>,
+}
+
+/// The failures of one claim or volume.
+#[derive(Debug, Default)]
+struct Failures {
+    count: u32,
+    /// Set when the threshold was reached: the version (of the object and
+    /// what it depends on) that was given up on. Like the Go library, the
+    /// host tries once more when that changes.
+    gave_up_at: Option<String>,
+}
+
+/// What a failure leads to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AfterFailure {
+    /// Retry after the backoff of this many failures.
+    Retry(u32),
+    /// The threshold is reached after this many failures: stop retrying.
+    GiveUp(u32),
 }
 
 impl<P> Context<P> {
-    /// Records a failure of `uid` and returns how many there have been.
-    fn fail(&self, uid: &str) -> u32 {
-        let mut f = self.failures.lock().unwrap_or_else(|p| p.into_inner());
-        let n = f.entry(uid.to_owned()).or_insert(0);
-        *n += 1;
-        *n
+    fn lock_failures(&self) -> std::sync::MutexGuard<'_, HashMap<String, Failures>> {
+        self.failures.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records a failure of `uid` (at `version`) against `threshold` (0:
+    /// never give up).
+    fn fail(&self, uid: &str, threshold: u32, version: &str) -> AfterFailure {
+        let mut all = self.lock_failures();
+        let f = all.entry(uid.to_owned()).or_default();
+        f.count = f.count.saturating_add(1);
+        if threshold > 0 && f.count >= threshold {
+            f.gave_up_at = Some(version.to_owned());
+            AfterFailure::GiveUp(f.count)
+        } else {
+            AfterFailure::Retry(f.count)
+        }
     }
 
     fn succeed(&self, uid: &str) {
-        self.failures
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(uid);
+        self.lock_failures().remove(uid);
     }
 
-    fn failures(&self, uid: &str) -> u32 {
-        self.failures
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+    /// Whether the host gave up on `uid` and nothing changed since.
+    fn given_up(&self, uid: &str, version: &str) -> bool {
+        self.lock_failures()
             .get(uid)
-            .copied()
-            .unwrap_or(0)
+            .and_then(|f| f.gave_up_at.as_deref())
+            == Some(version)
+    }
+
+    /// The action after a failure: retry with backoff, or stop.
+    fn after(&self, failure: AfterFailure) -> Action {
+        match failure {
+            AfterFailure::Retry(n) => Action::requeue(self.backoff(n)),
+            AfterFailure::GiveUp(_) => Action::await_change(),
+        }
     }
 
     /// Exponential backoff after `n` failures.
@@ -170,7 +202,7 @@ pub async fn run<P: Provisioner>(
         instance: std::env::var("POD_NAME").ok(),
     };
     let ctx = Arc::new(Context {
-        events: Events::new(Recorder::new(client.clone(), reporter)),
+        events: Events::new(client.clone(), reporter),
         client: client.clone(),
         metrics,
         in_progress: Default::default(),
@@ -262,4 +294,53 @@ pub async fn run<P: Provisioner>(
 /// Requeue after a failure counted by the reconciler itself.
 fn retry_after(d: Duration) -> Action {
     Action::requeue(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn context() -> Context<()> {
+        let (classes, _) = reflector::store();
+        let client =
+            Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().unwrap())).unwrap();
+        Context {
+            events: Events::new(
+                client.clone(),
+                Reporter {
+                    controller: "test".into(),
+                    instance: None,
+                },
+            ),
+            client,
+            provisioner: Arc::new(()),
+            config: Config::new("test"),
+            classes,
+            metrics: Arc::default(),
+            in_progress: Default::default(),
+            failures: Mutex::default(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_threshold_gives_up_until_the_object_changes() {
+        let ctx = context();
+        assert_eq!(ctx.fail("u", 3, "v1"), AfterFailure::Retry(1));
+        assert_eq!(ctx.fail("u", 3, "v1"), AfterFailure::Retry(2));
+        assert!(!ctx.given_up("u", "v1"));
+        assert_eq!(ctx.fail("u", 3, "v1"), AfterFailure::GiveUp(3));
+        assert!(ctx.given_up("u", "v1"));
+        // The object changed: one more attempt, which fails again.
+        assert!(!ctx.given_up("u", "v2"));
+        assert_eq!(ctx.fail("u", 3, "v2"), AfterFailure::GiveUp(4));
+        assert!(ctx.given_up("u", "v2"));
+        // A success starts over.
+        ctx.succeed("u");
+        assert!(!ctx.given_up("u", "v2"));
+        assert_eq!(ctx.fail("u", 3, "v2"), AfterFailure::Retry(1));
+        // 0: never give up.
+        for n in 1..100 {
+            assert_eq!(ctx.fail("w", 0, "v"), AfterFailure::Retry(n));
+        }
+    }
 }

@@ -11,7 +11,7 @@ use kube::{Api, Resource, ResourceExt};
 
 use super::decide::{self, keys, VolumeDecision};
 use super::events::VOLUME_FAILED_DELETE;
-use super::{Context, Error};
+use super::{AfterFailure, Context, Error};
 use crate::metrics::Metrics;
 use crate::provisioner::{DeleteState, Provisioner};
 
@@ -24,9 +24,8 @@ pub(super) async fn reconcile<P: Provisioner>(
     };
     let name = pv.name_any();
     let uid = pv.uid().unwrap_or_default();
-    let threshold = ctx.config.failed_delete_threshold;
-    if threshold > 0 && ctx.failures(&uid) >= threshold {
-        tracing::warn!(volume = %name, "giving up after {threshold} failed deletes");
+    if ctx.given_up(&uid, &version(&pv)) {
+        tracing::debug!(volume = %name, "gave up deleting; waiting for a change");
         return Ok(Action::await_change());
     }
     let class_label = Metrics::class(
@@ -55,7 +54,7 @@ pub(super) async fn reconcile<P: Provisioner>(
                     e.message.clone(),
                 )
                 .await;
-            return Err(Error::Delete(e.message));
+            return Ok(after_failure(&pv, &ctx, &e.message).await);
         }
     }
     let volumes: Api<PersistentVolume> = Api::all(ctx.client.clone());
@@ -80,9 +79,66 @@ pub(super) fn error_policy<P: Provisioner>(
     error: &Error,
     ctx: Arc<Context<P>>,
 ) -> Action {
-    let n = ctx.fail(&pv.uid().unwrap_or_default());
-    tracing::warn!(volume = %pv.name_any(), failures = n, error = %error, "deleting failed; retrying");
-    Action::requeue(ctx.backoff(n))
+    let failure = failed(&pv, &ctx, &error.to_string());
+    if let AfterFailure::GiveUp(n) = failure {
+        // Error policies cannot wait: publish on the side.
+        tokio::spawn(give_up_event(&pv, &ctx, n, &error.to_string()));
+    }
+    ctx.after(failure)
+}
+
+/// A threshold gives up on one version of the volume; a change means one
+/// more try.
+fn version(pv: &PersistentVolume) -> String {
+    pv.resource_version().unwrap_or_default()
+}
+
+/// Counts a failed delete of `pv` against the threshold, and logs.
+fn failed<P>(pv: &PersistentVolume, ctx: &Context<P>, error: &str) -> AfterFailure {
+    let threshold = ctx.config.failed_delete_threshold;
+    let failure = ctx.fail(&pv.uid().unwrap_or_default(), threshold, &version(pv));
+    match failure {
+        AfterFailure::Retry(n) => {
+            tracing::warn!(volume = %pv.name_any(), failures = n, error, "deleting failed; retrying")
+        }
+        AfterFailure::GiveUp(n) => {
+            tracing::error!(volume = %pv.name_any(), failures = n, threshold, error, "deleting failed; giving up until the volume changes")
+        }
+    }
+    failure
+}
+
+/// Counts a failure; on giving up, says so on the volume.
+async fn after_failure<P>(pv: &PersistentVolume, ctx: &Context<P>, error: &str) -> Action {
+    let failure = failed(pv, ctx, error);
+    if let AfterFailure::GiveUp(n) = failure {
+        give_up_event(pv, ctx, n, error).await;
+    }
+    ctx.after(failure)
+}
+
+/// The Warning that says the host stopped retrying, and how to make it retry.
+fn give_up_event<P>(
+    pv: &PersistentVolume,
+    ctx: &Context<P>,
+    failures: u32,
+    error: &str,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let message = format!(
+        "Gave up deleting the storage after {failures} failed attempts (--failed-delete-threshold={}); \
+         the last error: {error}. The volume and its storage are kept. The host tries again once \
+         each time the volume changes (e.g. `kubectl annotate pv {} wasmprov.io/retry=\"$(date +%s)\" \
+         --overwrite`), and from scratch when the host restarts.",
+        ctx.config.failed_delete_threshold,
+        pv.name_any(),
+    );
+    let events = ctx.events.clone();
+    let reference = pv.object_ref(&());
+    async move {
+        events
+            .warning(&reference, VOLUME_FAILED_DELETE, "Deleting", message)
+            .await;
+    }
 }
 
 /// Removes our finalizer with a JSON patch that tests its position first, so
