@@ -983,3 +983,142 @@ async fn a_volume_that_keeps_failing_to_delete_is_given_up_with_an_event() {
     assert_eq!(plugin_calls(&c.metrics, "misbehave", "delete"), 2);
     assert!(c.volumes().get_opt(&name).await.unwrap().is_some());
 }
+
+/// `wasmprov run` as a child process against the simulator, so a test can
+/// kill it for real (SIGKILL: no graceful shutdown, no cleanup).
+struct HostProcess {
+    child: std::process::Child,
+    log: PathBuf,
+}
+
+impl HostProcess {
+    fn spawn(c: &Cluster, work: &Path, name: &str) -> Self {
+        let kubeconfig = work.join("kubeconfig");
+        std::fs::write(&kubeconfig, c.sim.kubeconfig()).unwrap();
+        let policy = work.join("policy.yaml");
+        std::fs::write(
+            &policy,
+            format!(
+                "plugins:\n  hostpath:\n    preopens: [{{host: {}, guest: /volumes, mode: read-write}}]\n",
+                c.volumes_dir.path().display()
+            ),
+        )
+        .unwrap();
+        let log = work.join(format!("{name}.log"));
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_wasmprov"))
+            .arg("run")
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .arg("--plugins-dir")
+            .arg(c._plugins_dir.path())
+            .arg("--policy")
+            .arg(&policy)
+            .arg("--cache-dir")
+            .arg(workspace_root().join("target/test-compile-cache"))
+            .args([
+                "--leader-election=false",
+                "--metrics-address",
+                "127.0.0.1:0",
+            ])
+            .args(["--kube-api-qps", "50", "--kube-api-burst", "20"])
+            .env("RUST_LOG", "info")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::fs::File::create(&log).unwrap())
+            .stderr(std::fs::File::create(work.join(format!("{name}.err"))).unwrap())
+            .spawn()
+            .expect("start wasmprov run");
+        HostProcess { child, log }
+    }
+
+    /// SIGKILL, like the OOM killer or a node failure.
+    fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+        eprintln!("killed host; its log: {}", self.log.display());
+    }
+}
+
+impl Drop for HostProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The host is killed while the plugin has made storage whose volume is not
+/// saved yet; the restarted host provisions the same `pvc-<uid>` volumes
+/// again (the plugin finds its directories), so every claim ends with
+/// exactly one volume and no directory is left over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_killed_mid_provision_and_restarted_leaves_one_volume_per_claim_and_no_leak() {
+    use kube_sim::{FailWith, FailureRule};
+
+    let mut c = Cluster::start(&[hostpath()]).await;
+    c.stop_host().await;
+    c.hostpath_class("fast", serde_json::json!({})).await;
+    let work = tempfile::tempdir().unwrap();
+    let n = 6;
+    for i in 0..n {
+        c.claim(&format!("c{i}"), "fast", serde_json::json!({}))
+            .await;
+    }
+    let dirs = || std::fs::read_dir(c.volumes_dir.path()).unwrap().count();
+
+    // Volumes cannot be saved: the host keeps retrying the save (over about
+    // 1.5 s) while the plugin's directories exist.
+    let faults = c.sim.faults().clone();
+    faults.fail_requests(
+        FailureRule::new(1.0, FailWith::Internal)
+            .verbs(&["create"])
+            .resources(&["persistentvolumes"]),
+    );
+    let host = HostProcess::spawn(&c, work.path(), "first");
+    let made = loop {
+        eventually("the plugin made a directory", || async {
+            (dirs() > 0).then_some(())
+        })
+        .await;
+        // Freeze the API server: the host cannot finish (or give up on) a
+        // save any more. A cleanup already under way takes milliseconds.
+        faults.pause();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let made = dirs();
+        if made > 0 {
+            break made;
+        }
+        faults.resume(); // it had just cleaned up: try again
+    };
+    host.kill();
+    // Requests the dead host left in flight fail like the ones before.
+    faults.resume();
+    assert!(
+        c.volumes()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty(),
+        "no volume was saved before the kill"
+    );
+    eprintln!("killed with {made} directories made and no volume saved");
+    faults.clear();
+
+    let _host = HostProcess::spawn(&c, work.path(), "second");
+    let mut names = std::collections::BTreeSet::new();
+    for i in 0..n {
+        let claim = c.claims().get(&format!("c{i}")).await.unwrap();
+        let pv = c.bound_volume(&format!("c{i}")).await;
+        assert_eq!(pv.name_any(), format!("pvc-{}", claim.uid().unwrap()));
+        assert!(host_path(&pv).is_dir());
+        names.insert(pv.name_any());
+    }
+    assert_eq!(names.len(), n, "each claim has its own volume");
+    let volumes = c
+        .volumes()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(volumes.len(), n, "exactly one volume per claim");
+    assert_eq!(dirs(), n, "one directory per volume: nothing leaked");
+}
