@@ -1,0 +1,1187 @@
+//! `deploy/`: every manifest parses into its Kubernetes type with no unknown
+//! (misspelled) field, the kustomization lists them all, they apply to the
+//! simulated API server, the Deployment's flags, mounts and sandbox policy fit
+//! together, and `rbac.yaml` grants exactly what the host calls: the test runs
+//! `wasmprov run` configured by the Deployment itself (two replicas, leader
+//! election) against the simulator and compares its requests with the rules.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::{CommandFactory, Parser};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, Namespace, PersistentVolume, PersistentVolumeClaim, ServiceAccount,
+};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::{DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
+use kube::core::params::ValidationDirective;
+use kube::discovery::Scope;
+use kube::{Api, Client, ResourceExt};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use support::workspace_root;
+use wasmprov::cli::Cli;
+use wasmprov::runtime::policy::DirMode;
+use wasmprov::runtime::PolicySet;
+
+/// The manifest `wasmprov plugin pack` generates (gitignored).
+const GENERATED: &str = "plugin-hostpath.yaml";
+/// The bearer token the host's replicas send, so the simulator's request log
+/// tells their requests from the test's own.
+const HOST_TOKEN: &str = "system:serviceaccount:wasmprov:wasmprov";
+const NODE: &str = "worker-1";
+
+/// Rules that the scenario below cannot exercise, each with why it is still
+/// needed. Keep this short: every entry is a permission no test proves.
+const UNEXERCISED: &[(&str, &str, &str, &str)] = &[(
+    "",
+    "persistentvolumeclaims",
+    "get",
+    "lifecycle/in_progress.rs reads a claim again when a plugin answered \
+     in-background and the claim went away meanwhile; the hostpath plugin the \
+     Deployment serves never answers in-background (host/tests/lifecycle.rs \
+     covers the behaviour with a test guest)",
+)];
+
+// ---------------------------------------------------------------------------
+// The manifests
+
+/// One YAML document of deploy/.
+#[derive(Debug, Clone)]
+struct Object {
+    file: String,
+    value: Value,
+}
+
+impl Object {
+    fn kind(&self) -> &str {
+        self.value["kind"].as_str().unwrap_or_default()
+    }
+
+    fn name(&self) -> &str {
+        self.value["metadata"]["name"].as_str().unwrap_or_default()
+    }
+
+    fn typed<K: DeserializeOwned>(&self) -> K {
+        serde_json::from_value(self.value.clone())
+            .unwrap_or_else(|e| panic!("{} {}: {e}", self.file, self.name()))
+    }
+}
+
+fn deploy_dir() -> PathBuf {
+    workspace_root().join("deploy")
+}
+
+/// The committed manifests: deploy/*.yaml but the kustomization and the
+/// generated plugin ConfigMap.
+fn manifest_files() -> Vec<String> {
+    let mut files: Vec<String> = std::fs::read_dir(deploy_dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".yaml") && n != "kustomization.yaml" && n != GENERATED)
+        .collect();
+    files.sort();
+    files
+}
+
+fn documents(file: &str, text: &str) -> Vec<Object> {
+    serde_yaml::Deserializer::from_str(text)
+        .map(|doc| Value::deserialize(doc).unwrap_or_else(|e| panic!("{file}: not YAML: {e}")))
+        .filter(|v| !v.is_null())
+        .map(|value| Object {
+            file: file.to_owned(),
+            value,
+        })
+        .collect()
+}
+
+/// Every object `kubectl apply -k deploy/` creates, the generated plugin
+/// ConfigMap included.
+fn all_objects() -> Vec<Object> {
+    let mut objects: Vec<Object> = manifest_files()
+        .iter()
+        .flat_map(|f| documents(f, &std::fs::read_to_string(deploy_dir().join(f)).unwrap()))
+        .collect();
+    objects.extend(documents(GENERATED, &hostpath_plugin_manifest()));
+    objects
+}
+
+fn one<'a>(objects: &'a [Object], kind: &str) -> &'a Object {
+    let found: Vec<&Object> = objects.iter().filter(|o| o.kind() == kind).collect();
+    assert_eq!(found.len(), 1, "expected one {kind} in deploy/");
+    found[0]
+}
+
+/// The namespace kustomize puts every namespaced object in.
+fn namespace() -> String {
+    let k: Value = serde_yaml::from_str(
+        &std::fs::read_to_string(deploy_dir().join("kustomization.yaml")).unwrap(),
+    )
+    .unwrap();
+    k["namespace"].as_str().unwrap().to_owned()
+}
+
+/// deploy/plugin-hostpath.yaml as the documented command makes it:
+/// `wasmprov plugin pack target/plugins/hostpath.wasm --name hostpath`.
+fn hostpath_plugin_manifest() -> String {
+    static MANIFEST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    MANIFEST
+        .get_or_init(|| {
+            let wasm = support::rust_plugin_path("hostpath");
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_wasmprov"))
+                .args(["plugin", "pack"])
+                .arg(&wasm)
+                .args(["--name", "hostpath"])
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "wasmprov plugin pack failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8(out.stdout).unwrap()
+        })
+        .clone()
+}
+
+/// Parses `o` into `K` and back: any field of the manifest the type does not
+/// have (a typo, a field in the wrong place) or reads differently is an error.
+fn round_trip<K: Serialize + DeserializeOwned>(o: &Object) -> Vec<String> {
+    let typed: K = match serde_json::from_value(o.value.clone()) {
+        Ok(t) => t,
+        Err(e) => return vec![format!("does not parse: {e}")],
+    };
+    let back = serde_json::to_value(&typed).unwrap();
+    let mut problems = Vec::new();
+    differences(&o.value, &back, "", &mut problems);
+    problems
+}
+
+fn differences(manifest: &Value, typed: &Value, path: &str, out: &mut Vec<String>) {
+    match (manifest, typed) {
+        (Value::Object(m), Value::Object(t)) => {
+            for (k, v) in m {
+                let p = format!("{path}.{k}");
+                match t.get(k) {
+                    Some(tv) => differences(v, tv, &p, out),
+                    None => out.push(format!("{p}: not a field of this kind (misspelled?)")),
+                }
+            }
+        }
+        (Value::Array(m), Value::Array(t)) if m.len() == t.len() => {
+            for (i, (mv, tv)) in m.iter().zip(t).enumerate() {
+                differences(mv, tv, &format!("{path}[{i}]"), out);
+            }
+        }
+        _ if manifest != typed => out.push(format!("{path}: {manifest} reads as {typed}")),
+        _ => {}
+    }
+}
+
+#[test]
+fn every_manifest_parses_into_its_kubernetes_type() {
+    let objects = all_objects();
+    let mut problems = Vec::new();
+    for o in &objects {
+        let found = match o.kind() {
+            "Namespace" => round_trip::<Namespace>(o),
+            "ServiceAccount" => round_trip::<ServiceAccount>(o),
+            "ClusterRole" => round_trip::<ClusterRole>(o),
+            "ClusterRoleBinding" => round_trip::<ClusterRoleBinding>(o),
+            "Role" => round_trip::<Role>(o),
+            "RoleBinding" => round_trip::<RoleBinding>(o),
+            "Deployment" => round_trip::<Deployment>(o),
+            "ConfigMap" => round_trip::<ConfigMap>(o),
+            "StorageClass" => round_trip::<StorageClass>(o),
+            "PersistentVolumeClaim" => round_trip::<PersistentVolumeClaim>(o),
+            other => vec![format!("unexpected kind {other:?}")],
+        };
+        if o.name().is_empty() {
+            problems.push(format!("{}: a {} without a name", o.file, o.kind()));
+        }
+        if o.value["metadata"].get("namespace").is_some() {
+            problems.push(format!(
+                "{} {}: sets metadata.namespace; kustomization.yaml sets it",
+                o.file,
+                o.name()
+            ));
+        }
+        problems.extend(
+            found
+                .into_iter()
+                .map(|p| format!("{} {} {}: {p}", o.file, o.kind(), o.name())),
+        );
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    let kinds: BTreeSet<&str> = objects.iter().map(Object::kind).collect();
+    assert_eq!(
+        kinds.len(),
+        10,
+        "every kind of deploy/ is present: {kinds:?}"
+    );
+}
+
+#[test]
+fn the_kustomization_lists_every_manifest() {
+    let k: Value = serde_yaml::from_str(
+        &std::fs::read_to_string(deploy_dir().join("kustomization.yaml")).unwrap(),
+    )
+    .unwrap();
+    let listed: BTreeSet<String> = k["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap().to_owned())
+        .collect();
+    let mut want: BTreeSet<String> = manifest_files().into_iter().collect();
+    want.insert(GENERATED.to_owned());
+    assert_eq!(
+        listed, want,
+        "kustomization.yaml resources vs deploy/*.yaml"
+    );
+    assert_eq!(k["namespace"], "wasmprov");
+    let ignored = std::fs::read_to_string(deploy_dir().join(".gitignore")).unwrap();
+    assert!(
+        ignored.lines().any(|l| l.trim() == GENERATED),
+        "deploy/.gitignore keeps the generated {GENERATED} out of git"
+    );
+
+    // What `kubectl apply -k` would apply: kustomize itself builds it.
+    let dir = tempfile::tempdir().unwrap();
+    for f in manifest_files()
+        .iter()
+        .chain(["kustomization.yaml".to_owned()].iter())
+    {
+        std::fs::copy(deploy_dir().join(f), dir.path().join(f)).unwrap();
+    }
+    std::fs::write(dir.path().join(GENERATED), hostpath_plugin_manifest()).unwrap();
+    let out = std::process::Command::new("kubectl")
+        .arg("kustomize")
+        .arg(dir.path())
+        .output()
+        .expect("run kubectl (preinstalled on this kind of machine) for `kubectl kustomize`");
+    assert!(
+        out.status.success(),
+        "kubectl kustomize deploy/ failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let built = documents("kustomize", &String::from_utf8(out.stdout).unwrap());
+    assert_eq!(built.len(), all_objects().len());
+    for o in &built {
+        let namespaced = !matches!(
+            o.kind(),
+            "Namespace" | "ClusterRole" | "ClusterRoleBinding" | "StorageClass"
+        );
+        let ns = o.value["metadata"]["namespace"].as_str();
+        assert_eq!(
+            ns,
+            namespaced.then_some("wasmprov"),
+            "{} {}",
+            o.kind(),
+            o.name()
+        );
+        for s in o.value["subjects"].as_array().into_iter().flatten() {
+            assert_eq!(s["namespace"], "wasmprov", "{} {}", o.kind(), o.name());
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The Deployment, the host's flags and the sandbox policy
+
+fn container(d: &Deployment) -> Container {
+    let spec = d.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+    assert_eq!(spec.containers.len(), 1);
+    spec.containers[0].clone()
+}
+
+/// Environment variables `wasmprov run` reads: each flag's `env`, plus those
+/// read directly by host/src/cli/run.rs, with the flag they stand for.
+fn host_env() -> BTreeMap<String, String> {
+    let cli = Cli::command();
+    let run = cli.find_subcommand("run").unwrap();
+    let mut env: BTreeMap<String, String> = cli
+        .get_arguments()
+        .chain(run.get_arguments())
+        .filter_map(|a| {
+            Some((
+                a.get_env()?.to_string_lossy().into_owned(),
+                a.get_long()?.to_owned(),
+            ))
+        })
+        .collect();
+    let run_rs = include_str!("../src/cli/run.rs");
+    assert!(
+        run_rs.contains("std::env::var(\"POD_NAMESPACE\")"),
+        "run.rs no longer reads POD_NAMESPACE: update deploy/deployment.yaml and this test"
+    );
+    env.insert("POD_NAMESPACE".into(), "leader-election-namespace".into());
+    env
+}
+
+/// `flag=value` pairs of the container's arguments.
+fn flag(c: &Container, name: &str) -> Option<String> {
+    let prefix = format!("--{name}=");
+    c.args
+        .iter()
+        .flatten()
+        .find_map(|a| a.strip_prefix(&prefix).map(str::to_owned))
+}
+
+#[test]
+fn the_deployment_runs_the_host_with_flags_it_accepts() {
+    let objects = all_objects();
+    let d: Deployment = one(&objects, "Deployment").typed();
+    let c = container(&d);
+    assert_eq!(c.image.as_deref(), Some("ghcr.io/wasmprov/wasmprov:0.1.0"));
+    let mut argv = vec!["wasmprov".to_owned()];
+    argv.extend(c.args.clone().unwrap_or_default());
+    let cli = Cli::try_parse_from(&argv)
+        .unwrap_or_else(|e| panic!("the Deployment's args {argv:?}: {e}"));
+    assert!(matches!(cli.command, wasmprov::cli::Command::Run(_)));
+
+    let env = host_env();
+    for e in c.env.iter().flatten() {
+        assert!(
+            env.contains_key(&e.name),
+            "env {} is read by no flag of `wasmprov run` (known: {:?})",
+            e.name,
+            env.keys()
+        );
+    }
+    let field = |name: &str| {
+        c.env
+            .iter()
+            .flatten()
+            .find(|e| e.name == name)
+            .and_then(|e| e.value_from.as_ref()?.field_ref.as_ref())
+            .map(|f| f.field_path.clone())
+    };
+    assert_eq!(field("POD_NAME").as_deref(), Some("metadata.name"));
+    assert_eq!(
+        field("POD_NAMESPACE").as_deref(),
+        Some("metadata.namespace")
+    );
+
+    let spec = d.spec.as_ref().unwrap();
+    assert_eq!(spec.replicas, Some(2));
+    assert!(
+        flag(&c, "leader-election").is_none_or(|v| v == "true"),
+        "two replicas need leader election"
+    );
+    let pod = spec.template.spec.as_ref().unwrap();
+    assert_eq!(pod.service_account_name.as_deref(), Some("wasmprov"));
+    let psc = pod.security_context.clone().unwrap();
+    assert_eq!(psc.run_as_non_root, Some(true));
+    assert_eq!(psc.run_as_user, Some(65532));
+    assert_eq!(psc.seccomp_profile.unwrap().type_, "RuntimeDefault");
+    let sc = c.security_context.clone().unwrap();
+    assert_eq!(sc.run_as_non_root, Some(true));
+    assert_eq!(sc.read_only_root_filesystem, Some(true));
+    assert_eq!(sc.allow_privilege_escalation, Some(false));
+    assert_eq!(sc.capabilities.unwrap().drop, Some(vec!["ALL".to_owned()]));
+    let resources = c.resources.clone().unwrap();
+    for what in ["cpu", "memory"] {
+        assert!(resources.requests.as_ref().unwrap().contains_key(what));
+        assert!(resources.limits.as_ref().unwrap().contains_key(what));
+    }
+
+    // Probes on the metrics port, which is where the host serves them.
+    let port = c.ports.as_ref().unwrap().first().unwrap();
+    let metrics_port = flag(&c, "metrics-address").unwrap_or_else(|| "0.0.0.0:8080".into());
+    assert_eq!(
+        metrics_port.rsplit(':').next(),
+        Some(port.container_port.to_string().as_str())
+    );
+    for (probe, path) in [
+        (c.liveness_probe.clone(), "/healthz"),
+        (c.readiness_probe.clone(), "/readyz"),
+    ] {
+        let get = probe.unwrap().http_get.unwrap();
+        assert_eq!(get.path.as_deref(), Some(path));
+        use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+        let on_metrics = match &get.port {
+            IntOrString::String(name) => Some(name) == port.name.as_ref(),
+            IntOrString::Int(n) => *n == port.container_port,
+        };
+        assert!(on_metrics, "{path} probes the metrics port");
+    }
+}
+
+/// The pod's volume mounted at `path` (or a parent), and the path inside it.
+fn volume_at<'a>(
+    d: &'a Deployment,
+    path: &str,
+) -> Option<(&'a k8s_openapi::api::core::v1::Volume, String)> {
+    let pod = d.spec.as_ref()?.template.spec.as_ref()?;
+    let c = &pod.containers[0];
+    let mount = c
+        .volume_mounts
+        .iter()
+        .flatten()
+        .filter(|m| path == m.mount_path || path.starts_with(&format!("{}/", m.mount_path)))
+        .max_by_key(|m| m.mount_path.len())?;
+    let volume = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == mount.name)?;
+    let rest = path[mount.mount_path.len()..]
+        .trim_start_matches('/')
+        .to_owned();
+    Some((volume, rest))
+}
+
+#[test]
+fn the_policy_grants_what_the_deployment_mounts_and_the_classes_use() {
+    let objects = all_objects();
+    let d: Deployment = one(&objects, "Deployment").typed();
+    let c = container(&d);
+
+    // --policy is a key of the policy ConfigMap, mounted as a directory (a
+    // subPath mount would never see an update).
+    let policy_path = flag(&c, "policy").expect("--policy");
+    let (volume, key) = volume_at(&d, &policy_path).expect("--policy is on a mounted volume");
+    let cm_name = &volume.config_map.as_ref().expect("a configMap volume").name;
+    let policy_cm: ConfigMap = objects
+        .iter()
+        .find(|o| o.kind() == "ConfigMap" && o.name() == cm_name)
+        .expect("the policy ConfigMap is in deploy/")
+        .typed();
+    assert!(c
+        .volume_mounts
+        .iter()
+        .flatten()
+        .all(|m| m.sub_path.is_none()));
+    // The host checks that preopened directories exist: parse the policy as
+    // the container sees it, its mounts made under a temporary root.
+    let root = tempfile::tempdir().unwrap();
+    let mut text = policy_cm.data.as_ref().unwrap()[&key].clone();
+    for m in c.volume_mounts.iter().flatten() {
+        let local = root.path().join(m.mount_path.trim_start_matches('/'));
+        std::fs::create_dir_all(&local).unwrap();
+        text = text.replace(
+            &format!("host: {}", m.mount_path),
+            &format!("host: {}", local.display()),
+        );
+    }
+    let policies = PolicySet::parse(&text, Path::new(&policy_path))
+        .unwrap_or_else(|e| panic!("the policy in {cm_name}: {e}"));
+    let in_container = |p: &Path| Path::new("/").join(p.strip_prefix(root.path()).unwrap());
+
+    // --plugins-dir is the projected volume of the plugin ConfigMaps, first
+    // in the list (deploy/README.md's patch appends to volumes/0).
+    let plugins_dir = flag(&c, "plugins-dir").expect("--plugins-dir");
+    let (volume, rest) = volume_at(&d, &plugins_dir).expect("--plugins-dir is mounted");
+    assert!(rest.is_empty());
+    let pod = d.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+    assert_eq!(pod.volumes.as_ref().unwrap()[0].name, volume.name);
+    let sources: Vec<String> = volume
+        .projected
+        .as_ref()
+        .expect("a projected volume")
+        .sources
+        .iter()
+        .flatten()
+        .filter_map(|s| Some(s.config_map.as_ref()?.name.clone()))
+        .collect();
+    assert!(sources.contains(&"wasmprov-plugin-hostpath".to_owned()));
+
+    // --cache-dir is writable scratch space (the root filesystem is not).
+    let cache = flag(&c, "cache-dir").expect("--cache-dir");
+    assert!(volume_at(&d, &cache).unwrap().0.empty_dir.is_some());
+
+    // Every preopen is a hostPath volume mounted at the same path, so the
+    // path the plugin reports in a PersistentVolume is the node's.
+    for plugin in policies.plugin_names() {
+        for p in policies.for_plugin(plugin).preopens {
+            let host = in_container(&p.host);
+            let host = host.to_str().unwrap();
+            let (volume, rest) = volume_at(&d, host)
+                .unwrap_or_else(|| panic!("preopen {host} of {plugin} is mounted in no volume"));
+            let node_path = &volume.host_path.as_ref().expect("a hostPath volume").path;
+            assert_eq!(
+                Path::new(node_path).join(&rest),
+                Path::new(host),
+                "mount {host} at its node path"
+            );
+        }
+    }
+
+    // Each class's hostRoot is the directory its plugin's policy preopens
+    // read-write at the guest path the plugin uses.
+    for o in objects.iter().filter(|o| o.kind() == "StorageClass") {
+        let class: StorageClass = o.typed();
+        assert_eq!(class.provisioner, "wasmprov.io/host");
+        let params = class.parameters.clone().unwrap();
+        let plugin = &params["plugin"];
+        let root = params
+            .get("root")
+            .cloned()
+            .unwrap_or_else(|| "/volumes".into());
+        let policy = policies.for_plugin(plugin);
+        assert!(
+            policy
+                .preopens
+                .iter()
+                .any(|p| in_container(&p.host) == Path::new(&params["hostRoot"])
+                    && p.guest == root
+                    && p.mode == DirMode::ReadWrite),
+            "class {}: hostRoot {} is preopened read-write at {root}",
+            o.name(),
+            params["hostRoot"]
+        );
+    }
+    let modes: BTreeSet<(String, String)> = objects
+        .iter()
+        .filter(|o| o.kind() == "StorageClass")
+        .map(|o| {
+            let c: StorageClass = o.typed();
+            (c.volume_binding_mode.unwrap(), c.reclaim_policy.unwrap())
+        })
+        .collect();
+    assert_eq!(modes.len(), 4, "each binding mode with each reclaim policy");
+}
+
+#[tokio::test]
+async fn the_plugin_configmap_holds_a_valid_component() {
+    let cm: ConfigMap = one(
+        &documents(GENERATED, &hostpath_plugin_manifest()),
+        "ConfigMap",
+    )
+    .typed();
+    assert_eq!(
+        cm.metadata.name.as_deref(),
+        Some("wasmprov-plugin-hostpath")
+    );
+    assert_eq!(
+        cm.metadata.labels.as_ref().unwrap()["wasmprov.io/plugin"],
+        "hostpath"
+    );
+    let files = cm.binary_data.clone().unwrap();
+    assert_eq!(files.len(), 1, "one file: {:?}", files.keys());
+    let (file, bytes) = files.into_iter().next().unwrap();
+    let (name, encoding) = wasmprov::delivery::encoding::plugin_file(&file)
+        .unwrap_or_else(|| panic!("{file} is not a plugin file name"));
+    assert_eq!(name, "hostpath");
+    let wasm = wasmprov::delivery::encoding::decode(encoding, bytes.0).unwrap();
+    assert_eq!(
+        wasm,
+        std::fs::read(support::rust_plugin_path("hostpath")).unwrap()
+    );
+    support::runtime()
+        .load("hostpath", &wasm, Default::default())
+        .await
+        .expect("a component of the provisioner world");
+}
+
+// ---------------------------------------------------------------------------
+// On the simulated API server
+
+/// `kubectl apply --server-side` of every object, with strict field validation.
+async fn apply_all(client: &Client, objects: &[Object]) {
+    let ns = namespace();
+    let discovery = kube::Discovery::new(client.clone()).run().await.unwrap();
+    // In the order kustomize emits them (what `kubectl apply -k` does).
+    const ORDER: &[&str] = &[
+        "Namespace",
+        "StorageClass",
+        "ServiceAccount",
+        "Role",
+        "ClusterRole",
+        "RoleBinding",
+        "ClusterRoleBinding",
+        "ConfigMap",
+        "PersistentVolumeClaim",
+        "Deployment",
+    ];
+    let mut ordered: Vec<&Object> = objects.iter().collect();
+    ordered.sort_by_key(|o| {
+        ORDER
+            .iter()
+            .position(|k| *k == o.kind())
+            .unwrap_or_else(|| panic!("{}: where does kustomize put it?", o.kind()))
+    });
+    for o in ordered {
+        let (group, version) = match o.value["apiVersion"].as_str().unwrap().split_once('/') {
+            Some((g, v)) => (g, v),
+            None => ("", o.value["apiVersion"].as_str().unwrap()),
+        };
+        let gvk = GroupVersionKind::gvk(group, version, o.kind());
+        let (resource, caps) = discovery
+            .resolve_gvk(&gvk)
+            .unwrap_or_else(|| panic!("the simulator does not serve {gvk:?}"));
+        let api: Api<DynamicObject> = match caps.scope {
+            Scope::Namespaced => Api::namespaced_with(client.clone(), &ns, &resource),
+            Scope::Cluster => Api::all_with(client.clone(), &resource),
+        };
+        let params = PatchParams {
+            field_manager: Some("kubectl".into()),
+            field_validation: Some(ValidationDirective::Strict),
+            ..PatchParams::default()
+        };
+        api.patch(o.name(), &params, &Patch::Apply(&o.value))
+            .await
+            .unwrap_or_else(|e| panic!("apply {} {} ({}): {e}", o.kind(), o.name(), o.file));
+    }
+}
+
+async fn simulator() -> (kube_sim::Simulator, Client) {
+    let sim = kube_sim::Simulator::start(kube_sim::Config {
+        nodes: vec![NODE.into()],
+        record_requests: true,
+        // The PV controller annotates a claim whose class appears late at
+        // its next resync (15 s on a real cluster): shorter here.
+        controllers: kube_sim::ControllerConfig {
+            resync: Duration::from_millis(500),
+            ..kube_sim::ControllerConfig::default()
+        },
+        ..kube_sim::Config::default()
+    })
+    .await
+    .unwrap();
+    let client = sim.client().unwrap();
+    (sim, client)
+}
+
+#[tokio::test]
+async fn the_manifests_apply_to_the_simulator() {
+    let (_sim, client) = simulator().await;
+    let objects = all_objects();
+    apply_all(&client, &objects).await;
+    let ns = namespace();
+    let d: Deployment = Api::namespaced(client.clone(), &ns)
+        .get("wasmprov")
+        .await
+        .unwrap();
+    assert_eq!(d.spec.unwrap().replicas, Some(2));
+    let classes = Api::<StorageClass>::all(client.clone())
+        .list(&Default::default())
+        .await
+        .unwrap();
+    assert_eq!(classes.items.len(), 4);
+    let cm: ConfigMap = Api::namespaced(client.clone(), &ns)
+        .get("wasmprov-plugin-hostpath")
+        .await
+        .unwrap();
+    assert_eq!(cm.binary_data.unwrap().len(), 1);
+}
+
+/// Polls `f` until it returns Some, failing the test after 20 s.
+async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting until {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// What kubelet would give the host container: each volume mount made real
+/// in a temporary directory, ConfigMaps written the way kubelet writes them
+/// (a `..data` symlink to a timestamped directory). Paths of the container
+/// map to these directories ([`Pod::local`]).
+struct Pod {
+    _root: tempfile::TempDir,
+    /// (container mount path, local directory), longest first.
+    mounts: Vec<(String, PathBuf)>,
+}
+
+impl Pod {
+    /// `node` holds the node's hostPath directories, shared by the pods.
+    async fn start(client: &Client, d: &Deployment, node: &Path) -> Pod {
+        let root = tempfile::tempdir().unwrap();
+        let pod = d.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+        let ns = namespace();
+        let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+        let mut mounts = Vec::new();
+        for m in container(d).volume_mounts.iter().flatten() {
+            let v = pod
+                .volumes
+                .iter()
+                .flatten()
+                .find(|v| v.name == m.name)
+                .unwrap_or_else(|| panic!("mount of undefined volume {}", m.name));
+            let local = root.path().join(&v.name);
+            let mut sources = Vec::new();
+            if let Some(p) = &v.projected {
+                for s in p.sources.iter().flatten() {
+                    let cm = s
+                        .config_map
+                        .as_ref()
+                        .expect("only ConfigMaps are projected");
+                    assert!(cm.items.is_none());
+                    sources.push((cm.name.clone(), cm.optional.unwrap_or(false)));
+                }
+            } else if let Some(cm) = &v.config_map {
+                assert!(cm.items.is_none());
+                sources.push((cm.name.clone(), cm.optional.unwrap_or(false)));
+            }
+            if v.projected.is_some() || v.config_map.is_some() {
+                let mut files = BTreeMap::new();
+                for (name, optional) in sources {
+                    match configmaps.get_opt(&name).await.unwrap() {
+                        Some(cm) => {
+                            for (k, text) in cm.data.unwrap_or_default() {
+                                files.insert(k, text.into_bytes());
+                            }
+                            for (k, bytes) in cm.binary_data.unwrap_or_default() {
+                                files.insert(k, bytes.0);
+                            }
+                        }
+                        None => assert!(
+                            optional,
+                            "kubelet cannot start the pod: ConfigMap {name} is missing"
+                        ),
+                    }
+                }
+                write_like_kubelet(&local, &files);
+            } else if v.empty_dir.is_some() {
+                std::fs::create_dir_all(&local).unwrap();
+            } else if let Some(h) = &v.host_path {
+                let on_node = node.join(h.path.trim_start_matches('/'));
+                std::fs::create_dir_all(&on_node).unwrap();
+                mounts.push((m.mount_path.clone(), on_node));
+                continue;
+            } else {
+                panic!("volume {}: a kind this test does not make", v.name);
+            }
+            mounts.push((m.mount_path.clone(), local));
+        }
+        mounts.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
+        Pod {
+            _root: root,
+            mounts,
+        }
+    }
+
+    /// Where a path of the container is in this test.
+    fn local(&self, path: &str) -> Option<String> {
+        self.mounts.iter().find_map(|(mount, local)| {
+            let rest = path.strip_prefix(mount.as_str())?;
+            (rest.is_empty() || rest.starts_with('/')).then(|| format!("{}{rest}", local.display()))
+        })
+    }
+}
+
+fn write_like_kubelet(dir: &Path, files: &BTreeMap<String, Vec<u8>>) {
+    let stamp = "..2026_01_01_00_00_00.000000001";
+    std::fs::create_dir_all(dir.join(stamp)).unwrap();
+    for (name, bytes) in files {
+        std::fs::write(dir.join(stamp).join(name), bytes).unwrap();
+        std::os::unix::fs::symlink(format!("..data/{name}"), dir.join(name)).unwrap();
+    }
+    std::os::unix::fs::symlink(stamp, dir.join("..data")).unwrap();
+}
+
+/// One replica of the Deployment: `wasmprov run` with the container's args
+/// and env (downward API filled in as for pod `name`), its paths mapped into
+/// `pod`, talking to the simulator as the ServiceAccount.
+fn replica(d: &Deployment, pod: &Pod, name: &str, kubeconfig: &Path) -> Cli {
+    let c = container(d);
+    let ns = namespace();
+    let mut argv = vec!["wasmprov".to_owned()];
+    for arg in c.args.iter().flatten() {
+        let mapped = match arg.split_once('=') {
+            Some((flag, value)) if value.starts_with('/') => {
+                format!(
+                    "{flag}={}",
+                    pod.local(value)
+                        .unwrap_or_else(|| panic!("{arg}: on no volume"))
+                )
+            }
+            _ => arg.clone(),
+        };
+        argv.push(mapped);
+    }
+    let env = host_env();
+    for e in c.env.iter().flatten() {
+        let value = match (&e.value, &e.value_from) {
+            (Some(v), _) => v.clone(),
+            (None, Some(from)) => match from.field_ref.as_ref().map(|f| f.field_path.as_str()) {
+                Some("metadata.name") => name.to_owned(),
+                Some("metadata.namespace") => ns.clone(),
+                other => panic!("env {}: downward API field {other:?} not simulated", e.name),
+            },
+            _ => String::new(),
+        };
+        argv.push(format!("--{}={value}", env[&e.name]));
+    }
+    argv.push(format!("--kubeconfig={}", kubeconfig.display()));
+    argv.push("--metrics-address=127.0.0.1:0".to_owned());
+    Cli::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"))
+}
+
+/// One permission of rbac.yaml.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Grant {
+    /// None: cluster-wide (ClusterRole).
+    namespace: Option<String>,
+    group: String,
+    resource: String,
+    verb: String,
+    names: Vec<String>,
+}
+
+impl Grant {
+    fn allows(&self, r: &kube_sim::ApiRequest) -> bool {
+        self.namespace.as_ref().is_none_or(|ns| *ns == r.namespace)
+            && self.group == r.api_group
+            && self.resource
+                == if r.subresource.is_empty() {
+                    r.resource.clone()
+                } else {
+                    format!("{}/{}", r.resource, r.subresource)
+                }
+            && self.verb == r.verb
+            && (self.names.is_empty() || self.names.contains(&r.name))
+    }
+}
+
+/// The rules bound to the Deployment's ServiceAccount.
+fn grants(objects: &[Object], ns: &str) -> Vec<Grant> {
+    let sa = container_sa(objects);
+    let expand = |rules: Vec<PolicyRule>, namespace: Option<String>| {
+        let mut out = Vec::new();
+        for rule in rules {
+            assert!(rule.non_resource_urls.is_none());
+            for g in rule.api_groups.iter().flatten() {
+                for r in rule.resources.iter().flatten() {
+                    for v in &rule.verbs {
+                        assert!(g != "*" && r != "*" && v != "*", "no wildcards");
+                        out.push(Grant {
+                            namespace: namespace.clone(),
+                            group: g.clone(),
+                            resource: r.clone(),
+                            verb: v.clone(),
+                            names: rule.resource_names.clone().unwrap_or_default(),
+                        });
+                    }
+                }
+            }
+        }
+        out
+    };
+    let bound = |subjects: &Option<Vec<k8s_openapi::api::rbac::v1::Subject>>| {
+        subjects.iter().flatten().any(|s| {
+            s.kind == "ServiceAccount" && s.name == sa && s.namespace.as_deref() == Some(ns)
+        })
+    };
+    let mut out = Vec::new();
+    for o in objects {
+        match o.kind() {
+            "ClusterRoleBinding" => {
+                let b: ClusterRoleBinding = o.typed();
+                assert!(
+                    bound(&b.subjects),
+                    "{} binds the host's ServiceAccount",
+                    o.name()
+                );
+                assert_eq!(b.role_ref.kind, "ClusterRole");
+                let role: ClusterRole = objects
+                    .iter()
+                    .find(|r| r.kind() == "ClusterRole" && r.name() == b.role_ref.name)
+                    .expect("the bound ClusterRole is in deploy/")
+                    .typed();
+                out.extend(expand(role.rules.unwrap_or_default(), None));
+            }
+            "RoleBinding" => {
+                let b: RoleBinding = o.typed();
+                assert!(
+                    bound(&b.subjects),
+                    "{} binds the host's ServiceAccount",
+                    o.name()
+                );
+                assert_eq!(b.role_ref.kind, "Role");
+                let role: Role = objects
+                    .iter()
+                    .find(|r| r.kind() == "Role" && r.name() == b.role_ref.name)
+                    .expect("the bound Role is in deploy/")
+                    .typed();
+                out.extend(expand(role.rules.unwrap_or_default(), Some(ns.to_owned())));
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+fn container_sa(objects: &[Object]) -> String {
+    let d: Deployment = one(objects, "Deployment").typed();
+    d.spec
+        .unwrap()
+        .template
+        .spec
+        .unwrap()
+        .service_account_name
+        .unwrap()
+}
+
+fn describe(r: &kube_sim::ApiRequest) -> String {
+    format!(
+        "{} {}{}{} {} in {:?}",
+        r.verb,
+        if r.api_group.is_empty() {
+            ""
+        } else {
+            &r.api_group
+        },
+        if r.api_group.is_empty() { "" } else { "/" },
+        if r.subresource.is_empty() {
+            r.resource.clone()
+        } else {
+            format!("{}/{}", r.resource, r.subresource)
+        },
+        r.name,
+        r.namespace
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rbac_allows_exactly_the_calls_the_host_makes() {
+    let (sim, client) = simulator().await;
+    let objects = all_objects();
+    apply_all(&client, &objects).await;
+    let ns = namespace();
+    assert_eq!(container_sa(&objects), "wasmprov");
+    assert_eq!(HOST_TOKEN, format!("system:serviceaccount:{ns}:wasmprov"));
+
+    // Two replicas of the Deployment on one node, as the ServiceAccount.
+    let d: Deployment = one(&objects, "Deployment").typed();
+    let node = tempfile::tempdir().unwrap();
+    let kubeconfig = node.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, sim.kubeconfig_with_token(HOST_TOKEN)).unwrap();
+    let mut pods = Vec::new();
+    let mut hosts = Vec::new();
+    for name in ["wasmprov-7d4f-a", "wasmprov-7d4f-b"] {
+        let pod = Pod::start(&client, &d, node.path()).await;
+        // The policy's preopens name container paths: map them too.
+        let policy = pod.local(&flag(&container(&d), "policy").unwrap()).unwrap();
+        let mut text = std::fs::read_to_string(&policy).unwrap();
+        for (mount, local) in &pod.mounts {
+            text = text.replace(
+                &format!("host: {mount}"),
+                &format!("host: {}", local.display()),
+            );
+        }
+        std::fs::write(&policy, text).unwrap();
+        let cli = replica(&d, &pod, name, &kubeconfig);
+        hosts.push(tokio::spawn(wasmprov::cli::run(cli)));
+        pods.push(pod);
+    }
+    let volumes_dir = pods[0].local("/var/lib/wasmprov/hostpath").unwrap();
+
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    let volumes: Api<PersistentVolume> = Api::all(client.clone());
+    let classes: Api<StorageClass> = Api::all(client.clone());
+    let pp = PostParams::default();
+    let bound = |name: &'static str| {
+        let claims = claims.clone();
+        async move {
+            eventually(&format!("claim {name} is Bound"), || async {
+                let c = claims.get(name).await.ok()?;
+                (c.status?.phase? == "Bound").then_some(c.spec?.volume_name?)
+            })
+            .await
+        }
+    };
+    let claim = |name: &str, class: &str| -> PersistentVolumeClaim {
+        serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"storageClassName": class, "accessModes": ["ReadWriteOnce"],
+                     "resources": {"requests": {"storage": "1Gi"}}},
+        }))
+        .unwrap()
+    };
+
+    // Leader election: one replica holds the Lease.
+    let holder = eventually("a replica holds the leader Lease", || async {
+        leases
+            .get_opt("wasmprov.io-host")
+            .await
+            .ok()??
+            .spec?
+            .holder_identity
+    })
+    .await;
+    assert!(holder.starts_with("wasmprov-7d4f-"), "{holder}");
+
+    // Immediate / Delete: the sample claim deploy/claim.yaml.
+    let demo_pv = bound("demo").await;
+    assert!(Path::new(&volumes_dir).join(&demo_pv).is_dir());
+    // Immediate / Retain.
+    claims
+        .create(&pp, &claim("kept", "hostpath-retain"))
+        .await
+        .unwrap();
+    bound("kept").await;
+    // WaitForFirstConsumer: the selected node is read.
+    claims
+        .create(&pp, &claim("local", "hostpath-local"))
+        .await
+        .unwrap();
+    sim.schedule_claim(&ns, "local", NODE).await.unwrap();
+    let local_pv = volumes.get(&bound("local").await).await.unwrap();
+    assert!(serde_json::to_string(&local_pv.spec.unwrap().node_affinity)
+        .unwrap()
+        .contains(NODE));
+
+    // A selected node that is gone: the host asks for another one.
+    claims
+        .create(&pp, &claim("moved", "hostpath-local"))
+        .await
+        .unwrap();
+    let gone = json!({"metadata": {"annotations": {"volume.kubernetes.io/selected-node": "gone"}}});
+    claims
+        .patch("moved", &PatchParams::default(), &Patch::Merge(&gone))
+        .await
+        .unwrap();
+    eventually("the gone node is unselected", || async {
+        let c = claims.get("moved").await.ok()?;
+        (!c.annotations()
+            .contains_key("volume.kubernetes.io/selected-node"))
+        .then_some(())
+    })
+    .await;
+
+    // A claim of a class the host has not seen yet: looked up directly.
+    claims.create(&pp, &claim("early", "late")).await.unwrap();
+    eventually("the host looks the missing class up", || async {
+        sim.requests()
+            .iter()
+            .any(|r| r.user == HOST_TOKEN && r.resource == "storageclasses" && r.name == "late")
+            .then_some(())
+    })
+    .await;
+    let mut late: StorageClass = objects
+        .iter()
+        .find(|o| o.kind() == "StorageClass" && o.name() == "hostpath")
+        .unwrap()
+        .typed();
+    late.metadata = kube::api::ObjectMeta {
+        name: Some("late".into()),
+        ..Default::default()
+    };
+    classes.create(&pp, &late).await.unwrap();
+    bound("early").await;
+
+    // A failing plugin call, retried: the same event again is a series.
+    let mut broken = late.clone();
+    broken.metadata.name = Some("broken".into());
+    broken
+        .parameters
+        .as_mut()
+        .unwrap()
+        .insert("root".into(), "/not-granted".into());
+    classes.create(&pp, &broken).await.unwrap();
+    claims.create(&pp, &claim("fails", "broken")).await.unwrap();
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
+    eventually(
+        "a repeated ProvisioningFailed event of claim fails",
+        || async {
+            let list = events.list(&Default::default()).await.ok()?;
+            list.items
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some("ProvisioningFailed")
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("fails")
+                        && e.series.as_ref().is_some_and(|s| s.count >= 2)
+                })
+                .map(|_| ())
+        },
+    )
+    .await;
+
+    // Reclaim (Delete): storage, volume and our finalizer go.
+    claims
+        .delete("demo", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the demo volume is deleted", || async {
+        volumes
+            .get_opt(&demo_pv)
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert!(!Path::new(&volumes_dir).join(&demo_pv).exists());
+
+    // The leader renews its Lease.
+    eventually("the leader renews the Lease", || async {
+        let spec = leases.get_opt("wasmprov.io-host").await.ok()??.spec?;
+        (spec.renew_time? != spec.acquire_time?).then_some(())
+    })
+    .await;
+
+    for h in &hosts {
+        assert!(!h.is_finished(), "a replica stopped: {h:?}");
+        h.abort();
+    }
+
+    // Every call the host made is allowed; every rule was needed.
+    let grants = grants(&objects, &ns);
+    let requests: Vec<kube_sim::ApiRequest> = sim
+        .requests()
+        .into_iter()
+        .filter(|r| r.user == HOST_TOKEN)
+        .collect();
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for r in &requests {
+        let key = format!(
+            "{} {}/{} ns={:?}",
+            r.verb, r.api_group, r.resource, r.namespace
+        );
+        *seen.entry(key).or_default() += 1;
+    }
+    eprintln!("the host's requests: {seen:#?}");
+    let missing: BTreeSet<String> = requests
+        .iter()
+        .filter(|r| !grants.iter().any(|g| g.allows(r)))
+        .map(describe)
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "deploy/rbac.yaml does not allow these calls of the host:\n{}",
+        missing.into_iter().collect::<Vec<_>>().join("\n")
+    );
+    let mut unused = Vec::new();
+    for g in &grants {
+        let used = requests.iter().any(|r| g.allows(r));
+        let excused = UNEXERCISED.iter().any(|(group, resource, verb, _)| {
+            g.group == *group && g.resource == *resource && g.verb == *verb
+        });
+        match (used, excused) {
+            (false, false) => unused.push(format!("{g:?}")),
+            (true, true) => panic!(
+                "{g:?} is listed in UNEXERCISED but the scenario used it: remove it from the list"
+            ),
+            _ => {}
+        }
+    }
+    assert!(
+        unused.is_empty(),
+        "deploy/rbac.yaml grants what the host never did (remove it, or exercise it):\n{}",
+        unused.join("\n")
+    );
+}
