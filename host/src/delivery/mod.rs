@@ -4,6 +4,7 @@
 //!
 //! [`PluginRegistry`]: crate::registry::PluginRegistry
 
+pub mod configmaps;
 pub mod directory;
 pub mod encoding;
 pub mod package;
