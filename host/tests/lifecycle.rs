@@ -1045,25 +1045,13 @@ impl Drop for HostProcess {
     }
 }
 
-/// The host is killed while the plugin has made storage whose volume is not
-/// saved yet; the restarted host provisions the same `pvc-<uid>` volumes
-/// again (the plugin finds its directories), so every claim ends with
-/// exactly one volume and no directory is left over.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_host_killed_mid_provision_and_restarted_leaves_one_volume_per_claim_and_no_leak() {
+/// Starts `wasmprov run` while volumes cannot be saved, and kills it (SIGKILL)
+/// once the plugin has made storage for some claims and no volume is saved.
+/// Returns how many directories the plugin had made.
+async fn kill_mid_provision(c: &Cluster, work: &Path) -> usize {
     use kube_sim::{FailWith, FailureRule};
 
-    let mut c = Cluster::start(&[hostpath()]).await;
-    c.stop_host().await;
-    c.hostpath_class("fast", serde_json::json!({})).await;
-    let work = tempfile::tempdir().unwrap();
-    let n = 6;
-    for i in 0..n {
-        c.claim(&format!("c{i}"), "fast", serde_json::json!({}))
-            .await;
-    }
     let dirs = || std::fs::read_dir(c.volumes_dir.path()).unwrap().count();
-
     // Volumes cannot be saved: the host keeps retrying the save (over about
     // 1.5 s) while the plugin's directories exist.
     let faults = c.sim.faults().clone();
@@ -1072,7 +1060,7 @@ async fn a_host_killed_mid_provision_and_restarted_leaves_one_volume_per_claim_a
             .verbs(&["create"])
             .resources(&["persistentvolumes"]),
     );
-    let host = HostProcess::spawn(&c, work.path(), "first");
+    let host = HostProcess::spawn(c, work, "first");
     let made = loop {
         eventually("the plugin made a directory", || async {
             (dirs() > 0).then_some(())
@@ -1102,6 +1090,25 @@ async fn a_host_killed_mid_provision_and_restarted_leaves_one_volume_per_claim_a
     );
     eprintln!("killed with {made} directories made and no volume saved");
     faults.clear();
+    made
+}
+
+/// The host is killed while the plugin has made storage whose volume is not
+/// saved yet; the restarted host provisions the same `pvc-<uid>` volumes
+/// again (the plugin finds its directories), so every claim ends with
+/// exactly one volume and no directory is left over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_killed_mid_provision_and_restarted_leaves_one_volume_per_claim_and_no_leak() {
+    let mut c = Cluster::start(&[hostpath()]).await;
+    c.stop_host().await;
+    c.hostpath_class("fast", serde_json::json!({})).await;
+    let work = tempfile::tempdir().unwrap();
+    let n = 6;
+    for i in 0..n {
+        c.claim(&format!("c{i}"), "fast", serde_json::json!({}))
+            .await;
+    }
+    kill_mid_provision(&c, work.path()).await;
 
     let _host = HostProcess::spawn(&c, work.path(), "second");
     let mut names = std::collections::BTreeSet::new();
@@ -1120,5 +1127,42 @@ async fn a_host_killed_mid_provision_and_restarted_leaves_one_volume_per_claim_a
         .unwrap()
         .items;
     assert_eq!(volumes.len(), n, "exactly one volume per claim");
-    assert_eq!(dirs(), n, "one directory per volume: nothing leaked");
+    let dirs = std::fs::read_dir(c.volumes_dir.path()).unwrap().count();
+    assert_eq!(dirs, n, "one directory per volume: nothing leaked");
+}
+
+/// KNOWN LEAK, shared with the Go library (kubernetes-csi/external-provisioner
+/// #486): if the claim is deleted while the host is down after its plugin
+/// made the storage but before the volume was saved, nothing records that
+/// provisioning had started, so the restarted host never removes it. The fix
+/// discussed upstream is a finalizer on the claim, added before the plugin
+/// call and removed once the volume is saved (or its storage removed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "known leak (kubernetes-csi/external-provisioner#486): needs a claim finalizer"]
+async fn a_claim_deleted_while_the_host_is_down_mid_provision_leaves_no_storage() {
+    let mut c = Cluster::start(&[hostpath()]).await;
+    c.stop_host().await;
+    c.hostpath_class("fast", serde_json::json!({})).await;
+    let work = tempfile::tempdir().unwrap();
+    c.claim("data", "fast", serde_json::json!({})).await;
+    kill_mid_provision(&c, work.path()).await;
+    c.delete_claim("data").await;
+    let claims = c.claims();
+    eventually("the claim is gone", || async {
+        claims
+            .get_opt("data")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+
+    let _host = HostProcess::spawn(&c, work.path(), "second");
+    let dirs = || std::fs::read_dir(c.volumes_dir.path()).unwrap().count();
+    eventually(
+        "the storage made for the deleted claim is removed",
+        || async { (dirs() == 0).then_some(()) },
+    )
+    .await;
 }
