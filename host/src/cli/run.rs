@@ -53,7 +53,8 @@ pub struct LifecycleArgs {
     /// Leader election has its own, unlimited client.
     #[arg(long, default_value_t = 5.0, env = "WASMPROV_KUBE_API_QPS")]
     pub kube_api_qps: f32,
-    /// Kubernetes API requests allowed at once above --kube-api-qps.
+    /// Kubernetes API requests the lifecycle may send at once (the token
+    /// bucket's size) before --kube-api-qps paces it.
     #[arg(long, default_value_t = 10, env = "WASMPROV_KUBE_API_BURST")]
     pub kube_api_burst: u32,
 }
