@@ -24,6 +24,7 @@ use wasmprov::registry::PluginRegistry;
 use wasmprov::runtime::{PolicySet, Runtime, RuntimeConfig};
 
 const NS: &str = "default";
+const SOURCE_TOKEN: &str = "wasmprov-api-source";
 
 /// A simulated cluster and a registry fed by the API source.
 struct Harness {
@@ -42,10 +43,22 @@ impl Drop for Harness {
 
 impl Harness {
     async fn start() -> Self {
-        let sim = kube_sim::Simulator::start(kube_sim::Config::default())
-            .await
-            .unwrap();
+        let sim = kube_sim::Simulator::start(kube_sim::Config {
+            record_requests: true,
+            ..kube_sim::Config::default()
+        })
+        .await
+        .unwrap();
         let client = sim.client().unwrap();
+        // The source has its own identity, to tell its requests apart.
+        let kubeconfig =
+            kube::config::Kubeconfig::from_yaml(&sim.kubeconfig_with_token(SOURCE_TOKEN)).unwrap();
+        let source_client = Client::try_from(
+            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                .await
+                .unwrap(),
+        )
+        .unwrap();
         let runtime = Runtime::new(RuntimeConfig {
             cache_dir: Some(workspace_root().join("target/test-compile-cache")),
             ..RuntimeConfig::default()
@@ -58,7 +71,7 @@ impl Harness {
             configmaps::describe(NS),
         ));
         let (task, handle) = configmaps::watch(
-            client.clone(),
+            source_client,
             NS,
             registry.clone(),
             Reporter {
@@ -279,8 +292,13 @@ async fn single_config_map_loads_updates_rejects_and_goes() {
     .unwrap();
     let mut cm = packed.config_maps[0].clone();
     // Server-side apply of the full intent drops the old zstd key.
+    let started = std::time::Instant::now();
     h.apply(&cm).await;
     h.serves("hostpath", &digest(&v2)).await;
+    eprintln!(
+        "API source: ConfigMap update to new version serving in {:?}",
+        started.elapsed()
+    );
     let note = h
         .event(&cm_name, configmaps::PLUGIN_LOADED, &digest(&v2))
         .await;
@@ -332,6 +350,30 @@ async fn single_config_map_loads_updates_rejects_and_goes() {
     .await;
     let err = h.registry.plugin("hostpath").unwrap_err();
     assert!(err.contains("was removed"), "{err}");
+
+    // What the source did, in RBAC terms (for deploy/api-source/).
+    let mut used: Vec<String> = h
+        .sim
+        .requests()
+        .into_iter()
+        .filter(|r| r.user == SOURCE_TOKEN)
+        .map(|r| {
+            format!(
+                "{} {}/{} in {}",
+                r.verb, r.api_group, r.resource, r.namespace
+            )
+        })
+        .collect();
+    used.sort();
+    used.dedup();
+    assert_eq!(
+        used,
+        [
+            "create events.k8s.io/events in default",
+            "list /configmaps in default",
+            "watch /configmaps in default",
+        ]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -152,6 +152,33 @@ pub fn watch(
     (task, handle)
 }
 
+/// Runs the API source on its own task and waits, at most `initial_timeout`,
+/// for its first pass, so the host reports ready with the plugins that exist.
+/// If the ConfigMaps cannot be read by then (missing RBAC, API down), the
+/// host starts without them and they load as soon as they can be read.
+pub async fn start(
+    client: Client,
+    namespace: &str,
+    registry: Arc<PluginRegistry>,
+    reporter: Reporter,
+    initial_timeout: std::time::Duration,
+) -> ConfigMapSource {
+    let (task, source) = watch(client, namespace, registry, reporter);
+    tokio::spawn(task);
+    if tokio::time::timeout(initial_timeout, source.initial_sync())
+        .await
+        .is_err()
+    {
+        tracing::error!(
+            %namespace,
+            "plugin ConfigMaps could not be read within {initial_timeout:?}; starting without \
+             them, they load once readable (the host needs get, list and watch on configmaps \
+             in namespace {namespace}: deploy/api-source/)"
+        );
+    }
+    source
+}
+
 /// What was last seen of one plugin.
 #[derive(Debug, Default)]
 struct Tracked {

@@ -108,7 +108,7 @@ pub async fn pack(args: PackArgs) -> anyhow::Result<ExitCode> {
     );
     if packed.chunked {
         out.push_str(
-            "# Chunked: only the API source (`wasmprov run --plugin-source configmaps`) reads it;\n\
+            "# Chunked: only the host's API (ConfigMap) source reads it;\n\
              # mounted as a directory it shows manifest.json and no plugin.\n",
         );
     }
@@ -129,8 +129,8 @@ pub async fn pack(args: PackArgs) -> anyhow::Result<ExitCode> {
     );
     if packed.chunked {
         eprintln!(
-            "note: a chunked plugin is read through the API only (`wasmprov run \
-             --plugin-source configmaps`), not from a mounted directory; parts left over \
+            "note: a chunked plugin is read through the API only (the host's ConfigMap \
+             source), not from a mounted directory; parts left over \
              from a bigger earlier version are ignored (remove them with `kubectl delete \
              configmap -l {PLUGIN_LABEL}={name}` before applying, if you like)"
         );
