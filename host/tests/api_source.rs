@@ -547,3 +547,57 @@ async fn packed_javascript_plugin_applied_with_kubectl_loads() {
     })
     .await;
 }
+
+/// How `wasmprov run` starts the source: plugins already in the cluster
+/// serve when `start` returns, so the host reports ready with them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plugins_present_at_start_serve_when_start_returns() {
+    let sim = kube_sim::Simulator::start(kube_sim::Config::default())
+        .await
+        .unwrap();
+    let client = sim.client().unwrap();
+    let wasm = hostpath_wasm();
+    let single = package::pack(
+        "hostpath",
+        &wasm,
+        Encoding::Zstd,
+        Some(NS),
+        package::DEFAULT_PART_SIZE,
+    )
+    .unwrap();
+    let big = variant(&wasm, "present at start");
+    let chunks = chunked("big", &big);
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
+    for cm in single.config_maps.iter().chain(&chunks.config_maps) {
+        api.create(&Default::default(), cm).await.unwrap();
+    }
+    let runtime = Runtime::new(RuntimeConfig {
+        cache_dir: Some(workspace_root().join("target/test-compile-cache")),
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
+    let registry = Arc::new(PluginRegistry::new(
+        Arc::new(runtime),
+        PolicySet::default(),
+        Arc::new(Metrics::default()),
+        configmaps::describe(NS),
+    ));
+    configmaps::start(
+        client,
+        NS,
+        registry.clone(),
+        Reporter {
+            controller: "wasmprov".into(),
+            instance: None,
+        },
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(
+        registry.serving(),
+        [
+            ("big".to_owned(), digest(&big)),
+            ("hostpath".to_owned(), digest(&wasm))
+        ]
+    );
+}
