@@ -111,8 +111,8 @@ pub fn watch(
                     Ok(watcher::Event::Init) | Ok(watcher::Event::InitApply(_)) => {}
                     Err(e) => tracing::warn!(
                         %namespace,
-                        "cannot watch plugin ConfigMaps, retrying: {e} (the host needs get, list \
-                         and watch on configmaps in namespace {namespace})"
+                        "cannot watch plugin ConfigMaps, retrying: {e} (the host needs list and \
+                         watch on configmaps in namespace {namespace})"
                     ),
                 }
             }
@@ -172,7 +172,7 @@ pub async fn start(
         tracing::error!(
             %namespace,
             "plugin ConfigMaps could not be read within {initial_timeout:?}; starting without \
-             them, they load once readable (the host needs get, list and watch on configmaps \
+             them, they load once readable (the host needs list and watch on configmaps \
              in namespace {namespace}: deploy/api-source/)"
         );
     }
