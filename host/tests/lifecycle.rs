@@ -844,7 +844,7 @@ async fn the_host_keeps_to_its_api_request_rate() {
     }
     let sent = faults.requests() - before;
     // Each claim costs a few requests: the limit was what paced the host.
-    assert!(sent >= 3 * n as u64, "only {sent} requests counted");
+    assert!(sent >= 2 * n as u64, "only {sent} requests counted");
     assert!(
         start.elapsed().as_secs_f64()
             >= (sent as f64 - f64::from(limits.burst)) / f64::from(limits.qps),

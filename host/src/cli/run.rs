@@ -47,8 +47,8 @@ pub struct LifecycleArgs {
     #[arg(long, default_value_t = 15, env = "WASMPROV_FAILED_DELETE_THRESHOLD")]
     pub failed_delete_threshold: u32,
     /// Sustained Kubernetes API requests per second of the provisioning
-    /// lifecycle (0: no limit). A claim costs about 4 requests (volume
-    /// lookup, create, two events); a watch costs one to start. The default
+    /// lifecycle (0: no limit). A claim costs about 3 requests (the volume's
+    /// create and two events); a watch costs one to start. The default
     /// is external-provisioner's; raise it for many busy StorageClasses.
     /// Leader election has its own, unlimited client.
     #[arg(long, default_value_t = 5.0, env = "WASMPROV_KUBE_API_QPS")]

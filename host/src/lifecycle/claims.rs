@@ -155,8 +155,12 @@ async fn provision<P: Provisioner>(
     };
     let volumes: Api<PersistentVolume> = Api::all(ctx.client.clone());
 
-    // A restart or a lost answer: the volume may already exist.
-    if let Some(existing) = volumes.get_opt(&pv_name).await? {
+    // A restart or a lost answer: the volume may already exist. Like the Go
+    // library, look in the watch's cache rather than ask the API server; if
+    // the cache lags, the plugin is asked again for the same volume and
+    // saving it finds our own (AlreadyExists is success).
+    let _ = ctx.volumes.wait_until_ready().await;
+    if let Some(existing) = ctx.volumes.get(&ObjectRef::new(&pv_name)) {
         if claim_uid(&existing).as_deref() == Some(uid.as_str()) {
             ctx.succeed(&uid);
             return Ok(Action::await_change());

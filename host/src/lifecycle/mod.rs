@@ -93,6 +93,9 @@ struct Context<P> {
     provisioner: Arc<P>,
     config: Config,
     classes: Store<StorageClass>,
+    /// The volumes as the volume controller's watch sees them (the Go
+    /// library's volume informer cache).
+    volumes: Store<PersistentVolume>,
     events: Events,
     metrics: Arc<Metrics>,
     in_progress: in_progress::InProgress,
@@ -201,6 +204,10 @@ pub async fn run<P: Provisioner>(
         controller: config.controller_name.clone(),
         instance: std::env::var("POD_NAME").ok(),
     };
+    let volumes = Controller::new(
+        Api::<PersistentVolume>::all(client.clone()),
+        watcher::Config::default(),
+    );
     let ctx = Arc::new(Context {
         events: Events::new(client.clone(), reporter),
         client: client.clone(),
@@ -208,6 +215,7 @@ pub async fn run<P: Provisioner>(
         in_progress: Default::default(),
         provisioner,
         classes,
+        volumes: volumes.store(),
         failures: Mutex::default(),
         config: config.clone(),
     });
@@ -255,18 +263,15 @@ pub async fn run<P: Provisioner>(
                 tracing::debug!(error = %e, "claim reconcile");
             }
         });
-    let volumes = Controller::new(
-        Api::<PersistentVolume>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .with_config(controller_config)
-    .graceful_shutdown_on(stopped(stop_rx))
-    .run(volumes::reconcile, volumes::error_policy, ctx)
-    .for_each(|r| async move {
-        if let Err(e) = r {
-            tracing::debug!(error = %e, "volume reconcile");
-        }
-    });
+    let volumes = volumes
+        .with_config(controller_config)
+        .graceful_shutdown_on(stopped(stop_rx))
+        .run(volumes::reconcile, volumes::error_policy, ctx)
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "volume reconcile");
+            }
+        });
     tracing::info!(provisioner = %config.names.primary, workers = config.workers, "provisioning lifecycle started");
     let mut controllers = tokio::task::JoinSet::new();
     controllers.spawn(claims);
@@ -316,6 +321,7 @@ mod tests {
             provisioner: Arc::new(()),
             config: Config::new("test"),
             classes,
+            volumes: reflector::store().0,
             metrics: Arc::default(),
             in_progress: Default::default(),
             failures: Mutex::default(),
