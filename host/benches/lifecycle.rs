@@ -26,6 +26,7 @@ use wasmprov::provisioner::{
 };
 use wasmprov::registry::PluginRegistry;
 use wasmprov::runtime::{PolicySet, Runtime, RuntimeConfig};
+use wasmprov::wasm_provisioner::plugin_parameters;
 
 const CLAIMS: usize = 1000;
 const CLASSES: usize = 10;
@@ -247,6 +248,10 @@ async fn run(backend: Backend) -> Outcome {
 /// The hostpath plugin's logic as a native provisioner: the comparison point.
 struct NativeHostPath(PathBuf);
 
+/// Stands in for the plugin digest the Wasm path records (same length).
+const NATIVE_DIGEST: &str =
+    "sha256:0000000000000000000000000000000000000000000000000000000000000000";
+
 impl Provisioner for NativeHostPath {
     fn plugin(&self, _plugin: &str) -> Result<PluginInfo, String> {
         Ok(PluginInfo {
@@ -266,10 +271,17 @@ impl Provisioner for NativeHostPath {
             Err(e) => return Err(ProvisionError::new(ProvisionState::Failed, e.to_string())),
         }
         let claim = &opts.claim;
+        // The same object the Wasm path saves (provenance and parameters
+        // included), so both hosts make the simulator and the watches do the
+        // same work and the ratio measures the plugin call alone.
+        let parameters = serde_json::to_string(&plugin_parameters(&opts.class))
+            .map_err(|e| ProvisionError::new(ProvisionState::Failed, e.to_string()))?;
         serde_json::from_value(serde_json::json!({
             "metadata": {"name": opts.pv_name, "annotations": {
                 "pv.kubernetes.io/provisioned-by": opts.class.provisioner,
-                "wasmprov.io/plugin": "hostpath"}},
+                "wasmprov.io/plugin": "hostpath",
+                "wasmprov.io/plugin-digest": NATIVE_DIGEST,
+                "wasmprov.io/parameters": parameters}},
             "spec": {
                 "capacity": {"storage": "1Gi"},
                 "accessModes": ["ReadWriteOnce"],
