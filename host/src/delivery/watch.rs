@@ -3,7 +3,8 @@
 //! Changes are debounced: a pass starts once the directory has been quiet
 //! for [`WatchConfig::debounce`] (or after `max_delay` of constant change),
 //! so a file being copied in is read once, whole. Watching the directory
-//! rather than single files is what catches kubelet's `..data` symlink swap.
+//! rather than single files is what catches kubelet's `..data` symlink swap;
+//! that swap is atomic, so it starts a pass at once, without the debounce.
 //! A periodic full pass covers filesystems whose changes inotify misses.
 
 use std::path::{Path, PathBuf};
@@ -15,6 +16,9 @@ use tokio::sync::Notify;
 
 use super::{PluginDir, PolicyFile};
 use crate::registry::PluginRegistry;
+
+/// The symlink kubelet swaps to publish a ConfigMap update atomically.
+const KUBELET_COMMIT: &str = "..data";
 
 /// Timings of the watch.
 #[derive(Debug, Clone)]
@@ -46,23 +50,25 @@ pub fn watch(
     config: WatchConfig,
 ) -> notify::Result<impl std::future::Future<Output = ()> + Send> {
     let changed = Arc::new(Notify::new());
-    let signal = changed.clone();
+    let committed = Arc::new(Notify::new());
+    let (on_change, on_commit) = (changed.clone(), committed.clone());
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        let relevant = match event {
+        match event {
+            // kubelet renames `..data` once every file of the update is in
+            // place: nothing more to wait for.
+            Ok(e) if e.paths.iter().any(|p| p.ends_with(KUBELET_COMMIT)) => on_commit.notify_one(),
             // Reads (ours included) are not changes.
-            Ok(e) => !matches!(
-                e.kind,
-                EventKind::Access(notify::event::AccessKind::Open(_))
-                    | EventKind::Access(notify::event::AccessKind::Read)
-                    | EventKind::Access(notify::event::AccessKind::Close(
-                        notify::event::AccessMode::Read
-                    ))
-            ),
-            // The kernel's queue overflowed: something changed.
-            Err(_) => true,
-        };
-        if relevant {
-            signal.notify_one();
+            Ok(e)
+                if matches!(
+                    e.kind,
+                    EventKind::Access(notify::event::AccessKind::Open(_))
+                        | EventKind::Access(notify::event::AccessKind::Read)
+                        | EventKind::Access(notify::event::AccessKind::Close(
+                            notify::event::AccessMode::Read
+                        ))
+                ) => {}
+            // Anything else, including a queue overflow, may be a change.
+            _ => on_change.notify_one(),
         }
     })?;
     let mut dirs: Vec<PathBuf> = vec![plugins.path().to_owned()];
@@ -79,7 +85,8 @@ pub fn watch(
         let _watcher = watcher;
         loop {
             tokio::select! {
-                () = changed.notified() => debounce(&changed, &config).await,
+                () = changed.notified() => debounce(&changed, &committed, &config).await,
+            () = committed.notified() => {}
                 () = tokio::time::sleep(config.rescan) => {}
             }
             if let Some(update) = policy.as_mut().and_then(PolicyFile::changed) {
@@ -115,13 +122,15 @@ pub fn watch(
     })
 }
 
-/// Waits until no change arrived for `debounce`, at most `max_delay`.
-async fn debounce(changed: &Notify, config: &WatchConfig) {
+/// Waits until no change arrived for `debounce` (at most `max_delay`), or
+/// until kubelet commits an update.
+async fn debounce(changed: &Notify, committed: &Notify, config: &WatchConfig) {
     let deadline = tokio::time::Instant::now() + config.max_delay;
     loop {
         let quiet = tokio::time::sleep(config.debounce);
         tokio::select! {
             () = changed.notified() => {}
+            () = committed.notified() => return,
             () = quiet => return,
             () = tokio::time::sleep_until(deadline) => return,
         }

@@ -31,8 +31,9 @@ impl KubeletVolume {
 
     /// What kubelet's AtomicWriter does: write a new timestamped directory,
     /// point `..data` at it by rename, fix the user-visible symlinks, then
-    /// remove the old directory.
-    pub fn update(&mut self, files: &[(&str, &[u8])]) {
+    /// remove the old directory. Returns when the new files became visible
+    /// (the rename).
+    pub fn update(&mut self, files: &[(&str, &[u8])]) -> std::time::Instant {
         let root = self.dir.path();
         let old = std::fs::read_link(root.join("..data")).ok();
         self.generation += 1;
@@ -43,6 +44,7 @@ impl KubeletVolume {
         }
         symlink(&new, root.join("..data_tmp")).unwrap();
         std::fs::rename(root.join("..data_tmp"), root.join("..data")).unwrap();
+        let visible = std::time::Instant::now();
         for entry in std::fs::read_dir(root).unwrap() {
             let name = entry.unwrap().file_name().to_string_lossy().into_owned();
             if !name.starts_with("..") && !files.iter().any(|(f, _)| *f == name) {
@@ -58,6 +60,7 @@ impl KubeletVolume {
         if let Some(old) = old {
             std::fs::remove_dir_all(root.join(old)).unwrap();
         }
+        visible
     }
 }
 
