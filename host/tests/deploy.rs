@@ -40,17 +40,29 @@ const GENERATED: &str = "plugin-hostpath.yaml";
 const HOST_TOKEN: &str = "system:serviceaccount:wasmprov:wasmprov";
 const NODE: &str = "worker-1";
 
-/// Rules that the scenario below cannot exercise, each with why it is still
-/// needed. Keep this short: every entry is a permission no test proves.
-const UNEXERCISED: &[(&str, &str, &str, &str)] = &[(
-    "",
-    "persistentvolumeclaims",
-    "get",
-    "lifecycle/in_progress.rs reads a claim again when a plugin answered \
-     in-background and the claim went away meanwhile; the hostpath plugin the \
-     Deployment serves never answers in-background (host/tests/lifecycle.rs \
-     covers the behaviour with a test guest)",
-)];
+/// Rules that the scenario below cannot exercise deterministically, each
+/// with why it is still needed. Keep this short: every entry is a permission
+/// no test proves.
+const UNEXERCISED: &[(&str, &str, &str, &str)] = &[
+    (
+        "",
+        "persistentvolumeclaims",
+        "get",
+        "lifecycle/in_progress.rs reads a claim again when a plugin answered \
+         in-background and the claim went away meanwhile; the hostpath plugin the \
+         Deployment serves never answers in-background (host/tests/lifecycle.rs \
+         covers the behaviour with a test guest)",
+    ),
+    (
+        "",
+        "persistentvolumes",
+        "get",
+        "lifecycle/claims.rs reads a volume whose create answered AlreadyExists, \
+         to tell an earlier attempt's volume (success) from a clash; the volume \
+         watch's cache makes that a race (a lost answer, a restart), not a step \
+         of the scenario",
+    ),
+];
 
 // ---------------------------------------------------------------------------
 // The manifests
@@ -1171,12 +1183,9 @@ async fn rbac_allows_exactly_the_calls_the_host_makes() {
         let excused = UNEXERCISED.iter().any(|(group, resource, verb, _)| {
             g.group == *group && g.resource == *resource && g.verb == *verb
         });
-        match (used, excused) {
-            (false, false) => unused.push(format!("{g:?}")),
-            (true, true) => panic!(
-                "{g:?} is listed in UNEXERCISED but the scenario used it: remove it from the list"
-            ),
-            _ => {}
+        // An excused rule may still be used now and then (a race).
+        if !used && !excused {
+            unused.push(format!("{g:?}"));
         }
     }
     assert!(

@@ -100,7 +100,8 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
     let metrics_address = ops_listener.local_addr()?;
     let ops_server = tokio::spawn(ops::serve(ops_listener, ops.clone()));
     let registry = serve_plugins(
-        &plugins_dir,
+        Some(&plugins_dir),
+        None,
         &RuntimeArgs {
             policy: Some(policy_file),
             cache_dir: args.cache_dir.clone(),

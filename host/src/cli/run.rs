@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
@@ -87,8 +88,22 @@ pub struct RunArgs {
     /// Directory of plugins, watched for changes: each `<name>.wasm` (or
     /// `.wasm.gz`, `.wasm.zst`) serves the classes whose `parameters.plugin`
     /// is `<name>`. New versions replace old ones without a restart.
-    #[arg(long, value_name = "DIR", env = "WASMPROV_PLUGINS_DIR")]
-    pub plugins_dir: PathBuf,
+    #[arg(
+        long,
+        value_name = "DIR",
+        env = "WASMPROV_PLUGINS_DIR",
+        required_unless_present = "plugin_configmaps"
+    )]
+    pub plugins_dir: Option<PathBuf>,
+    /// Also load plugins from ConfigMaps labelled `wasmprov.io/plugin` in
+    /// --plugins-namespace, read through the API: no kubelet delay, and
+    /// plugins too large for one ConfigMap come in parts (`wasmprov plugin
+    /// pack`). Needs list and watch on configmaps (deploy/api-source/).
+    #[arg(long, env = "WASMPROV_PLUGIN_CONFIGMAPS")]
+    pub plugin_configmaps: bool,
+    /// Namespace of the plugin ConfigMaps [default: $POD_NAMESPACE, else "default"].
+    #[arg(long, env = "WASMPROV_PLUGINS_NAMESPACE")]
+    pub plugins_namespace: Option<String>,
     /// Kubeconfig file; without it the in-cluster config (or $KUBECONFIG,
     /// ~/.kube/config) is used.
     #[arg(long, value_name = "FILE", env = "WASMPROV_KUBECONFIG")]
@@ -132,9 +147,26 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let ops = Arc::new(Ops::default());
     let listener = ops::bind(args.metrics_address).await?;
     let server = tokio::spawn(ops::serve(listener, ops.clone()));
-    let registry = serve_plugins(&args.plugins_dir, &args.runtime, ops.metrics.clone()).await?;
-    ops.set_ready(true);
     let config = args.lifecycle.config();
+    // Every replica loads plugins, leader or not, so a takeover is immediate.
+    let configmaps = args.plugin_configmaps.then(|| delivery::ConfigMapsSource {
+        // Not rate limited: a list, a watch, and an event per new version.
+        client: election_client.clone(),
+        namespace: args.plugins_namespace.clone().unwrap_or_else(pod_namespace),
+        reporter: kube::runtime::events::Reporter {
+            controller: config.controller_name.clone(),
+            instance: args.identity.clone(),
+        },
+        initial_timeout: Duration::from_secs(30),
+    });
+    let registry = serve_plugins(
+        args.plugins_dir.as_deref(),
+        configmaps,
+        &args.runtime,
+        ops.metrics.clone(),
+    )
+    .await?;
+    ops.set_ready(true);
     let lifecycle = lifecycle::run(
         client.clone(),
         registry,
@@ -151,8 +183,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         let namespace = args
             .leader_election_namespace
             .clone()
-            .or_else(|| std::env::var("POD_NAMESPACE").ok())
-            .unwrap_or_else(|| "default".to_owned());
+            .unwrap_or_else(pod_namespace);
         let identity = args.identity.clone().unwrap_or_else(default_identity);
         let lease = LeaseConfig::new(
             &namespace,
@@ -180,10 +211,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
 }
 
-/// Loads the plugins directory and the sandbox policy, then keeps watching
-/// both: new versions are validated and swapped in as they arrive.
+/// Loads the plugins of the directory and/or the ConfigMaps under the
+/// sandbox policy, then keeps following them and the policy file: new
+/// versions are validated and swapped in as they arrive.
 pub async fn serve_plugins(
-    dir: &Path,
+    dir: Option<&Path>,
+    configmaps: Option<delivery::ConfigMapsSource>,
     args: &RuntimeArgs,
     metrics: Arc<Metrics>,
 ) -> anyhow::Result<Arc<PluginRegistry>> {
@@ -196,14 +229,17 @@ pub async fn serve_plugins(
         cache_dir,
         ..RuntimeConfig::default()
     })?;
-    delivery::serve_directory(
+    let sources = delivery::Sources {
         dir,
-        args.policy.as_deref(),
-        Arc::new(runtime),
-        metrics,
-        WatchConfig::default(),
-    )
-    .await
+        configmaps,
+        policy: args.policy.as_deref(),
+    };
+    delivery::serve(sources, Arc::new(runtime), metrics, WatchConfig::default()).await
+}
+
+/// The pod's namespace (downward API), else "default".
+fn pod_namespace() -> String {
+    std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "default".to_owned())
 }
 
 /// The host name plus the process id: unique enough among replicas.

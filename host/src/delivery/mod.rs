@@ -1,6 +1,10 @@
 //! How plugin versions and the sandbox policy reach the [`PluginRegistry`]:
 //! files in a watched directory (a mounted ConfigMap, an image volume, any
-//! directory). The registry validates each version before it serves.
+//! directory), and labelled ConfigMaps read through the API. The registry
+//! validates each version before it serves.
+//!
+//! Give each plugin one source: a plugin found in both is replaced by
+//! whichever changed last, and removing it from one source removes it.
 //!
 //! [`PluginRegistry`]: crate::registry::PluginRegistry
 
@@ -24,9 +28,104 @@ use crate::metrics::Metrics;
 use crate::registry::PluginRegistry;
 use crate::runtime::{PolicySet, Runtime};
 
-/// Loads the plugins in `dir` under the sandbox policy in `policy`, then
-/// keeps watching both on a background task: new versions are validated
-/// and swapped in as they arrive.
+/// Where a host's plugins come from.
+#[derive(Default)]
+pub struct Sources<'a> {
+    /// A directory of plugin files (a mounted ConfigMap, an image volume).
+    pub dir: Option<&'a Path>,
+    /// Labelled ConfigMaps in a namespace, read through the API.
+    pub configmaps: Option<ConfigMapsSource>,
+    /// The sandbox policy file.
+    pub policy: Option<&'a Path>,
+}
+
+/// The API source's settings.
+pub struct ConfigMapsSource {
+    pub client: kube::Client,
+    pub namespace: String,
+    /// Names the host in the Events on plugin ConfigMaps.
+    pub reporter: kube::runtime::events::Reporter,
+    /// How long to wait at start for the plugins already there.
+    pub initial_timeout: std::time::Duration,
+}
+
+/// Loads the plugins of every source under the sandbox policy, then keeps
+/// following the sources and the policy file on background tasks: new
+/// versions are validated and swapped in as they arrive.
+pub async fn serve(
+    sources: Sources<'_>,
+    runtime: Arc<Runtime>,
+    metrics: Arc<Metrics>,
+    watch_config: WatchConfig,
+) -> anyhow::Result<Arc<PluginRegistry>> {
+    let (policy_file, policies) = match sources.policy {
+        Some(path) => {
+            let (file, policies) = PolicyFile::load(path)?;
+            (Some(file), policies)
+        }
+        None => (None, PolicySet::default()),
+    };
+    let mut plugins = sources.dir.map(PluginDir::new);
+    let mut described: Vec<String> = plugins.iter().map(PluginDir::describe).collect();
+    if let Some(cm) = &sources.configmaps {
+        described.push(configmaps::describe(&cm.namespace));
+    }
+    anyhow::ensure!(
+        !described.is_empty(),
+        "no plugin source: pass --plugins-dir DIR, --plugin-configmaps, or both"
+    );
+    let registry = Arc::new(PluginRegistry::new(
+        runtime,
+        policies.clone(),
+        metrics,
+        described.join(", or "),
+    ));
+    if let Some(plugins) = plugins.as_mut() {
+        plugins.sync(&registry).await.with_context(|| {
+            format!(
+                "cannot read the plugins directory {}; create it or pass another --plugins-dir",
+                plugins.path().display()
+            )
+        })?;
+    }
+    let api_source = match sources.configmaps {
+        Some(cm) => Some(
+            configmaps::start(
+                cm.client,
+                &cm.namespace,
+                registry.clone(),
+                cm.reporter,
+                cm.initial_timeout,
+            )
+            .await,
+        ),
+        None => None,
+    };
+    let serving: Vec<String> = registry.serving().into_iter().map(|(n, _)| n).collect();
+    for name in policies.plugin_names() {
+        if !serving.iter().any(|s| s == name) {
+            tracing::warn!(
+                plugin = name,
+                "the sandbox policy names a plugin that is not loaded (a typo?); plugins are {}",
+                described.join(", or ")
+            );
+        }
+    }
+    if plugins.is_some() || policy_file.is_some() {
+        let watching = watch(
+            plugins,
+            policy_file,
+            api_source,
+            registry.clone(),
+            watch_config,
+        )
+        .context("cannot watch the plugins directory and the policy file for changes")?;
+        tokio::spawn(watching);
+    }
+    Ok(registry)
+}
+
+/// [`serve`] with a plugins directory only.
 pub async fn serve_directory(
     dir: &Path,
     policy: Option<&Path>,
@@ -34,34 +133,10 @@ pub async fn serve_directory(
     metrics: Arc<Metrics>,
     watch_config: WatchConfig,
 ) -> anyhow::Result<Arc<PluginRegistry>> {
-    let (policy_file, policies) = match policy {
-        Some(path) => {
-            let (file, policies) = PolicyFile::load(path)?;
-            (Some(file), policies)
-        }
-        None => (None, PolicySet::default()),
+    let sources = Sources {
+        dir: Some(dir),
+        configmaps: None,
+        policy,
     };
-    let mut plugins = PluginDir::new(dir);
-    let registry = Arc::new(PluginRegistry::new(
-        runtime,
-        policies.clone(),
-        metrics,
-        plugins.describe(),
-    ));
-    plugins.sync(&registry).await.with_context(|| {
-        format!(
-            "cannot read the plugins directory {}; create it or pass --plugins-dir",
-            dir.display()
-        )
-    })?;
-    let serving: Vec<String> = registry.serving().into_iter().map(|(n, _)| n).collect();
-    for name in policies.plugin_names() {
-        if !serving.iter().any(|s| s == name) {
-            tracing::warn!(plugin = name, dir = %dir.display(), "the sandbox policy names a plugin that is not in the plugins directory (a typo?)");
-        }
-    }
-    let watching = watch(plugins, policy_file, registry.clone(), watch_config)
-        .with_context(|| format!("cannot watch {} for plugin changes", dir.display()))?;
-    tokio::spawn(watching);
-    Ok(registry)
+    serve(sources, runtime, metrics, watch_config).await
 }

@@ -14,6 +14,7 @@ use std::time::Duration;
 use notify::{EventKind, RecursiveMode, Watcher};
 use tokio::sync::Notify;
 
+use super::configmaps::ConfigMapSource;
 use super::{PluginDir, PolicyFile};
 use crate::registry::PluginRegistry;
 
@@ -42,10 +43,12 @@ impl Default for WatchConfig {
 }
 
 /// Sets up the watch, and returns the task that keeps `registry` in step
-/// with the plugins directory and the policy file until it is dropped.
+/// with the plugins directory and the policy file until it is dropped. A
+/// policy change also makes `api_source` read every plugin again.
 pub fn watch(
-    mut plugins: PluginDir,
+    mut plugins: Option<PluginDir>,
     mut policy: Option<PolicyFile>,
+    api_source: Option<ConfigMapSource>,
     registry: Arc<PluginRegistry>,
     config: WatchConfig,
 ) -> notify::Result<impl std::future::Future<Output = ()> + Send> {
@@ -71,7 +74,7 @@ pub fn watch(
             _ => on_change.notify_one(),
         }
     })?;
-    let mut dirs: Vec<PathBuf> = vec![plugins.path().to_owned()];
+    let mut dirs: Vec<PathBuf> = plugins.iter().map(|p| p.path().to_owned()).collect();
     if let Some(p) = &policy {
         dirs.push(parent(p.path()));
     }
@@ -100,7 +103,12 @@ pub fn watch(
                         tracing::info!(file, "sandbox policy reloaded");
                         registry.policy_reloaded("loaded");
                         // Versions rejected under the old policy get another try.
-                        plugins.forget();
+                        if let Some(plugins) = plugins.as_mut() {
+                            plugins.forget();
+                        }
+                        if let Some(api) = &api_source {
+                            api.resync();
+                        }
                     }
                     Err(e) => {
                         tracing::error!(
@@ -111,6 +119,9 @@ pub fn watch(
                     }
                 }
             }
+            let Some(plugins) = plugins.as_mut() else {
+                continue;
+            };
             match plugins.sync(&registry).await {
                 Ok(synced) if synced.unsettled => changed.notify_one(),
                 Ok(_) => {}
