@@ -6,12 +6,17 @@
 //! A file that changes while it is read is left for the next pass, so a
 //! half-written file is never loaded.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use super::encoding::{self, Encoding};
+use super::package;
 use crate::registry::{PluginRegistry, Reload};
+
+/// How long a plugin must be missing from the directory before it is removed.
+pub const REMOVAL_GRACE: Duration = Duration::from_secs(1);
 
 /// What `stat` says of a file; any change means new content may be there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,6 +46,10 @@ pub struct PluginDir {
     seen: HashMap<String, (PathBuf, Fingerprint)>,
     /// Plugins with several files, as last reported.
     ambiguous: HashMap<String, String>,
+    /// Files already reported as not plugins although they look like one.
+    hinted: HashSet<String>,
+    /// Plugins missing from the directory, since when.
+    missing: HashMap<String, Instant>,
 }
 
 /// The outcome of one [`PluginDir::sync`].
@@ -51,6 +60,8 @@ pub struct Synced {
     pub removed: Vec<String>,
     /// A file changed while being read: sync again shortly.
     pub unsettled: bool,
+    /// A plugin is missing but not yet removed: sync again after this long.
+    pub recheck_in: Option<Duration>,
 }
 
 impl PluginDir {
@@ -59,6 +70,8 @@ impl PluginDir {
             dir: dir.into(),
             seen: HashMap::new(),
             ambiguous: HashMap::new(),
+            hinted: HashSet::new(),
+            missing: HashMap::new(),
         }
     }
 
@@ -81,8 +94,9 @@ impl PluginDir {
     }
 
     /// Brings the registry in line with the directory: new and changed files
-    /// are loaded, files gone are removed. An unreadable directory changes
-    /// nothing (a mount being replaced must not unload every plugin).
+    /// are loaded, files gone for [`REMOVAL_GRACE`] are removed. An
+    /// unreadable directory changes nothing (a mount being replaced must not
+    /// unload every plugin).
     pub async fn sync(&mut self, registry: &PluginRegistry) -> std::io::Result<Synced> {
         let files = self.list()?;
         let mut synced = Synced::default();
@@ -154,22 +168,55 @@ impl PluginDir {
             .filter(|name| !files.contains_key(*name))
             .cloned()
             .collect();
+        // A plugin is removed only once it has been missing for
+        // REMOVAL_GRACE: kubelet swaps `..data` first and fixes the visible
+        // symlinks after, so a renamed file (x.wasm → x.wasm.zst) is briefly
+        // in neither place, and removing a plugin stops its provisioning.
+        let now = Instant::now();
+        let mut missing = HashMap::new();
         for name in gone {
+            let since = self.missing.get(&name).copied().unwrap_or(now);
+            let left = REMOVAL_GRACE.saturating_sub(now - since);
+            if !left.is_zero() {
+                synced.recheck_in = Some(synced.recheck_in.map_or(left, |r| r.min(left)));
+                missing.insert(name, since);
+                continue;
+            }
             let (path, _) = self.seen.remove(&name).expect("listed above");
             if registry.remove(&name, &path.display().to_string()).await {
                 synced.removed.push(name);
             }
         }
+        self.missing = missing;
         Ok(synced)
     }
 
+    /// Says once why a file that looks meant as a plugin is not loaded.
+    fn hint(&mut self, file_name: &str) {
+        let why = if file_name == package::MANIFEST_KEY {
+            "a chunked plugin's manifest: parts are only assembled by the API source (--plugin-configmaps); a mounted directory needs one <name>.wasm.zst file"
+        } else if !file_name.starts_with('.')
+            && [".wasm", ".wasm.gz", ".wasm.zst"]
+                .iter()
+                .any(|ext| file_name.ends_with(ext))
+        {
+            "not a valid plugin name: use lowercase letters, digits, '-' and '_' (at most 63), e.g. my-backend.wasm"
+        } else {
+            return;
+        };
+        if self.hinted.insert(file_name.to_owned()) {
+            tracing::warn!(dir = %self.dir.display(), file = file_name, "ignoring {why}");
+        }
+    }
+
     /// Plugin files by plugin name (several if a name is ambiguous).
-    fn list(&self) -> std::io::Result<BTreeMap<String, Vec<(PathBuf, Encoding)>>> {
+    fn list(&mut self) -> std::io::Result<BTreeMap<String, Vec<(PathBuf, Encoding)>>> {
         let mut files: BTreeMap<String, Vec<(PathBuf, Encoding)>> = BTreeMap::new();
         for entry in std::fs::read_dir(&self.dir)? {
             let entry = entry?;
             let file_name = entry.file_name();
             let Some((name, encoding)) = file_name.to_str().and_then(encoding::plugin_file) else {
+                self.hint(&file_name.to_string_lossy());
                 continue;
             };
             let path = entry.path();

@@ -86,12 +86,14 @@ pub fn watch(
 
     Ok(async move {
         let _watcher = watcher;
+        let mut next_pass = config.rescan;
         loop {
             tokio::select! {
                 () = changed.notified() => debounce(&changed, &committed, &config).await,
-            () = committed.notified() => {}
-                () = tokio::time::sleep(config.rescan) => {}
+                () = committed.notified() => {}
+                () = tokio::time::sleep(next_pass) => {}
             }
+            next_pass = config.rescan;
             if let Some(update) = policy.as_mut().and_then(PolicyFile::changed) {
                 let file = policy.as_ref().map(|p| p.path().display().to_string());
                 let applied = match update {
@@ -123,8 +125,14 @@ pub fn watch(
                 continue;
             };
             match plugins.sync(&registry).await {
-                Ok(synced) if synced.unsettled => changed.notify_one(),
-                Ok(_) => {}
+                Ok(synced) => {
+                    if synced.unsettled {
+                        changed.notify_one();
+                    }
+                    if let Some(recheck) = synced.recheck_in {
+                        next_pass = recheck.min(config.rescan);
+                    }
+                }
                 Err(e) => {
                     tracing::error!(dir = %plugins.path().display(), "cannot read the plugins directory; plugins stay as they are: {e}")
                 }
