@@ -113,8 +113,13 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
     let mut config = args.lifecycle.config();
     config.retry_base = Duration::from_millis(500);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    // The lifecycle keeps to --kube-api-qps/--kube-api-burst, as in `run`.
+    let lifecycle_client = lifecycle::throttle::client(
+        kube::Config::new(sim.url().parse()?),
+        args.lifecycle.api_limits(),
+    )?;
     let lifecycle_task = tokio::spawn(lifecycle::run(
-        client.clone(),
+        lifecycle_client,
         registry,
         config,
         ops.metrics.clone(),
