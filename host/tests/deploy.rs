@@ -4,6 +4,9 @@
 //! together, and `rbac.yaml` grants exactly what the host calls: the test runs
 //! `wasmprov run` configured by the Deployment itself (two replicas, leader
 //! election) against the simulator and compares its requests with the rules.
+//! The same again with the API plugin source enabled (deploy/api-source/, a
+//! kustomize Component): it builds, parses, applies, and its Role is exactly
+//! what the host configured by it calls.
 
 mod support;
 
@@ -30,6 +33,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use support::workspace_root;
 use wasmprov::cli::Cli;
+use wasmprov::delivery::configmaps;
+use wasmprov::delivery::encoding::Encoding;
+use wasmprov::delivery::package;
 use wasmprov::runtime::policy::DirMode;
 use wasmprov::runtime::PolicySet;
 
@@ -199,24 +205,29 @@ fn differences(manifest: &Value, typed: &Value, path: &str, out: &mut Vec<String
     }
 }
 
+/// What is wrong with `o` read strictly as its kind (nothing: empty).
+fn strict(o: &Object) -> Vec<String> {
+    match o.kind() {
+        "Namespace" => round_trip::<Namespace>(o),
+        "ServiceAccount" => round_trip::<ServiceAccount>(o),
+        "ClusterRole" => round_trip::<ClusterRole>(o),
+        "ClusterRoleBinding" => round_trip::<ClusterRoleBinding>(o),
+        "Role" => round_trip::<Role>(o),
+        "RoleBinding" => round_trip::<RoleBinding>(o),
+        "Deployment" => round_trip::<Deployment>(o),
+        "ConfigMap" => round_trip::<ConfigMap>(o),
+        "StorageClass" => round_trip::<StorageClass>(o),
+        "PersistentVolumeClaim" => round_trip::<PersistentVolumeClaim>(o),
+        other => vec![format!("unexpected kind {other:?}")],
+    }
+}
+
 #[test]
 fn every_manifest_parses_into_its_kubernetes_type() {
     let objects = all_objects();
     let mut problems = Vec::new();
     for o in &objects {
-        let found = match o.kind() {
-            "Namespace" => round_trip::<Namespace>(o),
-            "ServiceAccount" => round_trip::<ServiceAccount>(o),
-            "ClusterRole" => round_trip::<ClusterRole>(o),
-            "ClusterRoleBinding" => round_trip::<ClusterRoleBinding>(o),
-            "Role" => round_trip::<Role>(o),
-            "RoleBinding" => round_trip::<RoleBinding>(o),
-            "Deployment" => round_trip::<Deployment>(o),
-            "ConfigMap" => round_trip::<ConfigMap>(o),
-            "StorageClass" => round_trip::<StorageClass>(o),
-            "PersistentVolumeClaim" => round_trip::<PersistentVolumeClaim>(o),
-            other => vec![format!("unexpected kind {other:?}")],
-        };
+        let found = strict(o);
         if o.name().is_empty() {
             problems.push(format!("{}: a {} without a name", o.file, o.kind()));
         }
@@ -240,6 +251,60 @@ fn every_manifest_parses_into_its_kubernetes_type() {
         10,
         "every kind of deploy/ is present: {kinds:?}"
     );
+}
+
+/// The line deploy/api-source/README.md tells users to add to
+/// deploy/kustomization.yaml.
+const ENABLE_API_SOURCE: &str = "components: [api-source]";
+
+/// deploy/ as a user has it after the install steps (the generated plugin
+/// ConfigMap included), copied into `<dir>/deploy`; with `api_source`, the
+/// API source enabled as deploy/api-source/README.md says.
+fn deploy_copy(api_source: bool) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("deploy");
+    std::fs::create_dir_all(base.join("api-source")).unwrap();
+    for f in manifest_files()
+        .iter()
+        .chain(["kustomization.yaml".to_owned()].iter())
+    {
+        std::fs::copy(deploy_dir().join(f), base.join(f)).unwrap();
+    }
+    std::fs::write(base.join(GENERATED), hostpath_plugin_manifest()).unwrap();
+    for e in std::fs::read_dir(deploy_dir().join("api-source")).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), base.join("api-source").join(e.file_name())).unwrap();
+    }
+    if api_source {
+        let path = base.join("kustomization.yaml");
+        let mut k = std::fs::read_to_string(&path).unwrap();
+        k.push_str(&format!("{ENABLE_API_SOURCE}\n"));
+        std::fs::write(&path, k).unwrap();
+    }
+    dir
+}
+
+/// `kubectl kustomize DIR`: the objects, or kustomize's error.
+fn kustomize(dir: &Path) -> Result<Vec<Object>, String> {
+    let out = std::process::Command::new("kubectl")
+        .arg("kustomize")
+        .arg(dir)
+        .output()
+        .expect("run kubectl (preinstalled on this kind of machine) for `kubectl kustomize`");
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    Ok(documents(
+        "kustomize",
+        &String::from_utf8(out.stdout).unwrap(),
+    ))
+}
+
+/// What `kubectl apply -k deploy/` applies, with or without the API source.
+fn build(api_source: bool) -> Vec<Object> {
+    let dir = deploy_copy(api_source);
+    kustomize(&dir.path().join("deploy"))
+        .unwrap_or_else(|e| panic!("kubectl kustomize deploy/ (api source: {api_source}): {e}"))
 }
 
 #[test]
@@ -268,27 +333,15 @@ fn the_kustomization_lists_every_manifest() {
     );
 
     // What `kubectl apply -k` would apply: kustomize itself builds it.
-    let dir = tempfile::tempdir().unwrap();
-    for f in manifest_files()
-        .iter()
-        .chain(["kustomization.yaml".to_owned()].iter())
-    {
-        std::fs::copy(deploy_dir().join(f), dir.path().join(f)).unwrap();
-    }
-    std::fs::write(dir.path().join(GENERATED), hostpath_plugin_manifest()).unwrap();
-    let out = std::process::Command::new("kubectl")
-        .arg("kustomize")
-        .arg(dir.path())
-        .output()
-        .expect("run kubectl (preinstalled on this kind of machine) for `kubectl kustomize`");
-    assert!(
-        out.status.success(),
-        "kubectl kustomize deploy/ failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let built = documents("kustomize", &String::from_utf8(out.stdout).unwrap());
+    let built = build(false);
     assert_eq!(built.len(), all_objects().len());
-    for o in &built {
+    in_the_namespace(&built);
+}
+
+/// Every namespaced object of a build is in `wasmprov`, and so is every
+/// ServiceAccount its bindings name.
+fn in_the_namespace(built: &[Object]) {
+    for o in built {
         let namespaced = !matches!(
             o.kind(),
             "Namespace" | "ClusterRole" | "ClusterRoleBinding" | "StorageClass"
@@ -308,6 +361,185 @@ fn the_kustomization_lists_every_manifest() {
 }
 
 // ---------------------------------------------------------------------------
+// The API plugin source: deploy/api-source/
+
+fn api_source_dir() -> PathBuf {
+    deploy_dir().join("api-source")
+}
+
+/// The resources the component adds, as written in deploy/api-source/.
+fn api_source_resources() -> Vec<Object> {
+    let k: Value = serde_yaml::from_str(
+        &std::fs::read_to_string(api_source_dir().join("kustomization.yaml")).unwrap(),
+    )
+    .unwrap();
+    k["resources"]
+        .as_array()
+        .expect("the component lists its resources")
+        .iter()
+        .map(|r| r.as_str().unwrap())
+        .flat_map(|f| {
+            documents(
+                &format!("api-source/{f}"),
+                &std::fs::read_to_string(api_source_dir().join(f)).unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// An overlay of the user's own, outside deploy/ (kustomize refuses an
+/// overlay inside its base's directory): deploy/api-source/README.md shows it.
+const OWN_OVERLAY: &str = "\
+namespace: wasmprov
+resources: [../deploy]
+components: [../deploy/api-source]
+";
+
+#[test]
+fn the_api_source_component_swaps_the_plugins_volume_for_the_api() {
+    // A kustomize Component, enabled the way its README says.
+    let k: Value = serde_yaml::from_str(
+        &std::fs::read_to_string(api_source_dir().join("kustomization.yaml")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(k["apiVersion"], "kustomize.config.k8s.io/v1alpha1");
+    assert_eq!(k["kind"], "Component");
+    let readme = std::fs::read_to_string(api_source_dir().join("README.md")).unwrap();
+    assert!(
+        readme.contains(ENABLE_API_SOURCE),
+        "deploy/api-source/README.md says to add `{ENABLE_API_SOURCE}`"
+    );
+    for line in OWN_OVERLAY.lines() {
+        assert!(
+            readme.contains(line),
+            "the README's own overlay has {line:?}"
+        );
+    }
+
+    // Its own files: strict, namespaced by the kustomization that uses it.
+    let own = api_source_resources();
+    assert_eq!(
+        own.iter().map(Object::kind).collect::<Vec<_>>(),
+        ["Role", "RoleBinding"]
+    );
+    for o in &own {
+        assert_eq!(strict(o), Vec::<String>::new(), "{} {}", o.file, o.name());
+        assert!(o.value["metadata"].get("namespace").is_none());
+    }
+
+    // The build: everything strict and in the namespace.
+    let base = build(false);
+    let with = build(true);
+    in_the_namespace(&with);
+    let problems: Vec<String> = with
+        .iter()
+        .flat_map(|o| {
+            strict(o)
+                .into_iter()
+                .map(move |p| format!("{} {}: {p}", o.kind(), o.name()))
+        })
+        .collect();
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+
+    // It adds the Role and its binding, and changes the Deployment only.
+    let key = |o: &Object| (o.kind().to_owned(), o.name().to_owned());
+    let before: BTreeSet<_> = base.iter().map(key).collect();
+    let after: BTreeSet<_> = with.iter().map(key).collect();
+    let added: Vec<_> = after.difference(&before).cloned().collect();
+    let wanted: Vec<_> = own.iter().map(key).collect();
+    assert_eq!(added, wanted);
+    assert!(before.is_subset(&after));
+    for o in &base {
+        let w = with.iter().find(|w| key(w) == key(o)).unwrap();
+        if o.kind() != "Deployment" {
+            assert_eq!(o.value, w.value, "{} {} is unchanged", o.kind(), o.name());
+        }
+    }
+
+    // The Deployment: --plugin-configmaps instead of --plugins-dir, and no
+    // plugins volume; nothing else changes.
+    let base_d = one(&base, "Deployment");
+    let base_typed: Deployment = base_d.typed();
+    let plugins_dir = flag(&container(&base_typed), "plugins-dir").unwrap();
+    let (volume, _) = volume_at(&base_typed, &plugins_dir).unwrap();
+    let mut expected = base_d.value.clone();
+    let pod = &mut expected["spec"]["template"]["spec"];
+    pod["volumes"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|v| v["name"] != volume.name.as_str());
+    let c = &mut pod["containers"][0];
+    c["volumeMounts"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|m| m["name"] != volume.name.as_str());
+    for a in c["args"].as_array_mut().unwrap() {
+        if *a == format!("--plugins-dir={plugins_dir}") {
+            *a = json!("--plugin-configmaps");
+        }
+    }
+    assert_eq!(one(&with, "Deployment").value, expected);
+    let d: Deployment = one(&with, "Deployment").typed();
+    let mut argv = vec!["wasmprov".to_owned()];
+    argv.extend(container(&d).args.unwrap_or_default());
+    match Cli::try_parse_from(&argv).unwrap().command {
+        wasmprov::cli::Command::Run(run) => {
+            assert!(run.plugin_configmaps);
+            assert!(run.plugins_dir.is_none());
+        }
+        other => panic!("{other:?}"),
+    }
+    // The plugin ConfigMap the base installs is one the API source reads.
+    let plugin = with
+        .iter()
+        .find(|o| o.kind() == "ConfigMap" && o.name() == package::config_map_name("hostpath"))
+        .unwrap();
+    assert_eq!(
+        plugin.value["metadata"]["labels"][package::PLUGIN_LABEL],
+        "hostpath"
+    );
+
+    // A user's own overlay builds the same.
+    let dir = deploy_copy(false);
+    let mine = dir.path().join("my-wasmprov");
+    std::fs::create_dir(&mine).unwrap();
+    std::fs::write(mine.join("kustomization.yaml"), OWN_OVERLAY).unwrap();
+    let values = |objects: &[Object]| objects.iter().map(|o| o.value.clone()).collect::<Vec<_>>();
+    assert_eq!(values(&kustomize(&mine).unwrap()), values(&with));
+
+    // If deployment.yaml's arguments move, the build fails rather than
+    // replacing another argument.
+    let dir = deploy_copy(true);
+    let path = dir.path().join("deploy/deployment.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let moved = text.replace(&format!("- --plugins-dir={plugins_dir}\n"), "");
+    assert_ne!(moved, text);
+    std::fs::write(&path, moved).unwrap();
+    let err = kustomize(&dir.path().join("deploy")).unwrap_err();
+    assert!(err.contains("test failed"), "{err}");
+}
+
+#[tokio::test]
+async fn the_api_source_install_applies_to_the_simulator() {
+    let (_sim, client) = simulator().await;
+    apply_all(&client, &build(true)).await;
+    let ns = namespace();
+    let role: Role = Api::namespaced(client.clone(), &ns)
+        .get("wasmprov-plugin-configmaps")
+        .await
+        .unwrap();
+    assert_eq!(role.rules.unwrap().len(), 1);
+    let d: Deployment = Api::namespaced(client.clone(), &ns)
+        .get("wasmprov")
+        .await
+        .unwrap();
+    assert!(container(&d)
+        .args
+        .unwrap()
+        .contains(&"--plugin-configmaps".to_owned()));
+}
+
+// ---------------------------------------------------------------------------
 // The Deployment, the host's flags and the sandbox policy
 
 fn container(d: &Deployment) -> Container {
@@ -317,26 +549,36 @@ fn container(d: &Deployment) -> Container {
 }
 
 /// Environment variables `wasmprov run` reads: each flag's `env`, plus those
-/// read directly by host/src/cli/run.rs, with the flag they stand for.
-fn host_env() -> BTreeMap<String, String> {
+/// read directly by host/src/cli/run.rs, with the flags they stand for.
+fn host_env() -> BTreeMap<String, Vec<String>> {
     let cli = Cli::command();
     let run = cli.find_subcommand("run").unwrap();
-    let mut env: BTreeMap<String, String> = cli
-        .get_arguments()
-        .chain(run.get_arguments())
-        .filter_map(|a| {
-            Some((
-                a.get_env()?.to_string_lossy().into_owned(),
-                a.get_long()?.to_owned(),
-            ))
-        })
+    let mut env: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for a in cli.get_arguments().chain(run.get_arguments()) {
+        if let (Some(name), Some(long)) = (a.get_env(), a.get_long()) {
+            env.entry(name.to_string_lossy().into_owned())
+                .or_default()
+                .push(long.to_owned());
+        }
+    }
+    // run.rs's pod_namespace(): the default of both namespaces.
+    let run_rs: String = include_str!("../src/cli/run.rs")
+        .split_whitespace()
         .collect();
-    let run_rs = include_str!("../src/cli/run.rs");
     assert!(
         run_rs.contains("std::env::var(\"POD_NAMESPACE\")"),
         "run.rs no longer reads POD_NAMESPACE: update deploy/deployment.yaml and this test"
     );
-    env.insert("POD_NAMESPACE".into(), "leader-election-namespace".into());
+    for flag in ["leader-election-namespace", "plugins-namespace"] {
+        let field = flag.replace('-', "_");
+        assert!(
+            run_rs.contains(&format!("{field}.clone().unwrap_or_else(pod_namespace)")),
+            "run.rs no longer defaults --{flag} to $POD_NAMESPACE: update this test"
+        );
+        env.entry("POD_NAMESPACE".into())
+            .or_default()
+            .push(flag.into());
+    }
     env
 }
 
@@ -835,7 +1077,9 @@ fn replica(d: &Deployment, pod: &Pod, name: &str, kubeconfig: &Path) -> Cli {
             },
             _ => String::new(),
         };
-        argv.push(format!("--{}={value}", env[&e.name]));
+        for flag in &env[&e.name] {
+            argv.push(format!("--{flag}={value}"));
+        }
     }
     argv.push(format!("--kubeconfig={}", kubeconfig.display()));
     argv.push("--metrics-address=127.0.0.1:0".to_owned());
@@ -969,8 +1213,26 @@ fn describe(r: &kube_sim::ApiRequest) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rbac_allows_exactly_the_calls_the_host_makes() {
+    the_host_calls_exactly_what_rbac_allows(all_objects(), false).await;
+}
+
+/// The same with the API source enabled (deploy/api-source/): the host
+/// reads the hostpath plugin from its packed ConfigMap (no directory),
+/// provisions with it, and swaps in a new version applied to the ConfigMap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rbac_with_the_api_source_allows_exactly_the_calls_the_host_makes() {
+    the_host_calls_exactly_what_rbac_allows(build(true), true).await;
+}
+
+/// Runs two replicas of the Deployment in `objects` through the scenario
+/// and fails on any call the RBAC objects do not allow and on any rule the
+/// host never used.
+async fn the_host_calls_exactly_what_rbac_allows(objects: Vec<Object>, api_source: bool) {
+    // One scenario at a time: four replicas compiling and provisioning at
+    // once on a small machine only make the test slower to fail.
+    static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let _one = ONE_AT_A_TIME.lock().await;
     let (sim, client) = simulator().await;
-    let objects = all_objects();
     apply_all(&client, &objects).await;
     let ns = namespace();
     assert_eq!(container_sa(&objects), "wasmprov");
@@ -1040,12 +1302,25 @@ async fn rbac_allows_exactly_the_calls_the_host_makes() {
     // Immediate / Delete: the sample claim deploy/claim.yaml.
     let demo_pv = bound("demo").await;
     assert!(Path::new(&volumes_dir).join(&demo_pv).is_dir());
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
+    let reloaded = if api_source {
+        Some(new_version_through_the_api(&client, &d, &events).await)
+    } else {
+        None
+    };
     // Immediate / Retain.
     claims
         .create(&pp, &claim("kept", "hostpath-retain"))
         .await
         .unwrap();
-    bound("kept").await;
+    let kept_pv = volumes.get(&bound("kept").await).await.unwrap();
+    if let Some(digest) = reloaded {
+        assert_eq!(
+            kept_pv.annotations().get("wasmprov.io/plugin-digest"),
+            Some(&digest),
+            "the new version provisions"
+        );
+    }
     // WaitForFirstConsumer: the selected node is read.
     claims
         .create(&pp, &claim("local", "hostpath-local"))
@@ -1106,7 +1381,6 @@ async fn rbac_allows_exactly_the_calls_the_host_makes() {
         .insert("root".into(), "/not-granted".into());
     classes.create(&pp, &broken).await.unwrap();
     claims.create(&pp, &claim("fails", "broken")).await.unwrap();
-    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
     eventually(
         "a repeated ProvisioningFailed event of claim fails",
         || async {
@@ -1174,7 +1448,12 @@ async fn rbac_allows_exactly_the_calls_the_host_makes() {
         .collect();
     assert!(
         missing.is_empty(),
-        "deploy/rbac.yaml does not allow these calls of the host:\n{}",
+        "the RBAC objects (deploy/rbac.yaml{}) do not allow these calls of the host:\n{}",
+        if api_source {
+            ", deploy/api-source/rbac.yaml"
+        } else {
+            ""
+        },
         missing.into_iter().collect::<Vec<_>>().join("\n")
     );
     let mut unused = Vec::new();
@@ -1190,7 +1469,81 @@ async fn rbac_allows_exactly_the_calls_the_host_makes() {
     }
     assert!(
         unused.is_empty(),
-        "deploy/rbac.yaml grants what the host never did (remove it, or exercise it):\n{}",
+        "the RBAC objects (deploy/rbac.yaml{}) grant what the host never did (remove it, or exercise it):\n{}",
+        if api_source { ", deploy/api-source/rbac.yaml" } else { "" },
         unused.join("\n")
     );
+}
+
+/// The API-source variant's reload: the replicas serve hostpath from its
+/// ConfigMap (a PluginLoaded event from each), then a new version applied to
+/// that ConfigMap replaces it in both. Returns the new version's digest.
+async fn new_version_through_the_api(
+    client: &Client,
+    d: &Deployment,
+    events: &Api<Event>,
+) -> String {
+    let c = container(d);
+    assert!(
+        c.args.iter().flatten().any(|a| a == "--plugin-configmaps"),
+        "{:?}",
+        c.args
+    );
+    assert!(
+        flag(&c, "plugins-dir").is_none(),
+        "the API-source variant reads no directory"
+    );
+    let cm = package::config_map_name("hostpath");
+    let wasm = std::fs::read(support::rust_plugin_path("hostpath")).unwrap();
+    let v1 = support::digest(&wasm);
+    plugin_loaded_everywhere(events, &cm, &format!("version {v1} serves")).await;
+
+    let v2_wasm = support::variant(&wasm, "deploy.rs: a new version");
+    let v2 = support::digest(&v2_wasm);
+    let packed = package::pack(
+        "hostpath",
+        &v2_wasm,
+        Encoding::Zstd,
+        None,
+        package::DEFAULT_PART_SIZE,
+    )
+    .unwrap();
+    assert_eq!(packed.config_maps.len(), 1);
+    let params = PatchParams {
+        field_manager: Some("kubectl".into()),
+        field_validation: Some(ValidationDirective::Strict),
+        ..PatchParams::default()
+    };
+    Api::<ConfigMap>::namespaced(client.clone(), &namespace())
+        .patch(&cm, &params, &Patch::Apply(&packed.config_maps[0]))
+        .await
+        .unwrap();
+    plugin_loaded_everywhere(events, &cm, &format!("version {v2} serves, replacing {v1}")).await;
+    v2
+}
+
+/// Waits for a PluginLoaded event on ConfigMap `cm` whose note contains
+/// `text` from each of the two replicas.
+async fn plugin_loaded_everywhere(events: &Api<Event>, cm: &str, text: &str) {
+    eventually(
+        &format!("both replicas report PluginLoaded {text:?} on {cm}"),
+        || async {
+            let reporters: BTreeSet<String> = events
+                .list(&Default::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .filter(|e| {
+                    e.reason.as_deref() == Some(configmaps::PLUGIN_LOADED)
+                        && e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("ConfigMap")
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(cm)
+                        && e.note.as_deref().is_some_and(|n| n.contains(text))
+                })
+                .filter_map(|e| e.reporting_instance)
+                .collect();
+            (reporters.len() == 2).then_some(())
+        },
+    )
+    .await;
 }

@@ -161,3 +161,90 @@ pub fn options(
         selected_node: None,
     }
 }
+
+/// `wasm` with a custom section added: the same plugin, another digest.
+pub fn variant(wasm: &[u8], tag: &str) -> Vec<u8> {
+    fn leb(mut n: usize, out: &mut Vec<u8>) {
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                out.push(byte);
+                return;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+    let name = b"wasmprov-test";
+    let mut payload = Vec::new();
+    leb(name.len(), &mut payload);
+    payload.extend_from_slice(name);
+    payload.extend_from_slice(tag.as_bytes());
+    let mut out = wasm.to_vec();
+    out.push(0); // custom section
+    leb(payload.len(), &mut out);
+    out.extend_from_slice(&payload);
+    out
+}
+
+/// A plugin version's digest as the host reports it: `sha256:<hex>`.
+pub fn digest(wasm: &[u8]) -> String {
+    use sha2::Digest;
+    format!("sha256:{}", hex::encode(sha2::Sha256::digest(wasm)))
+}
+
+/// A local TCP port nobody listens on right now (bound, read, released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("bind a free local port")
+        .port()
+}
+
+/// `kubectl --server URL apply --server-side -f -` of `yaml`, as a user runs
+/// it; panics with kubectl's output if it fails.
+pub fn kubectl_apply(server: &str, namespace: &str, yaml: &[u8]) {
+    use std::io::Write;
+    let mut kubectl = std::process::Command::new("kubectl")
+        .args([
+            "--server",
+            server,
+            "apply",
+            "--server-side",
+            "-n",
+            namespace,
+            "-f",
+            "-",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run kubectl");
+    kubectl.stdin.take().unwrap().write_all(yaml).unwrap();
+    let out = kubectl.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl apply --server-side failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `wasmprov plugin pack FILE --name NAME` with the built binary: the YAML
+/// it prints.
+pub fn pack(wasmprov: &Path, file: &Path, name: &str) -> Vec<u8> {
+    let out = std::process::Command::new(wasmprov)
+        .args(["plugin", "pack"])
+        .arg(file)
+        .args(["--name", name, "--cache-dir"])
+        .arg(workspace_root().join("target/test-compile-cache"))
+        .output()
+        .expect("run wasmprov plugin pack");
+    assert!(
+        out.status.success(),
+        "wasmprov plugin pack failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
