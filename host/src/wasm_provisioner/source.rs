@@ -3,6 +3,7 @@
 //! half-valid PersistentVolume.
 
 use k8s_openapi::api::core::v1::PersistentVolumeSpec;
+use serde::Deserialize;
 use serde_json::{Map, Value};
 
 /// The volume types of a PersistentVolumeSpec, in its JSON spelling.
@@ -42,11 +43,11 @@ pub fn parse(json: &str) -> Result<PersistentVolumeSpec, String> {
         ));
     };
     let kind = single_type(object)?;
-    let spec: PersistentVolumeSpec = serde_json::from_value(value.clone())
+    let spec = PersistentVolumeSpec::deserialize(&value)
         .map_err(|e| format!("source.{kind} is not a valid Kubernetes {kind} source: {e}"))?;
     let understood = serde_json::to_value(&spec).map_err(|e| e.to_string())?;
     let mut unknown = Vec::new();
-    unknown_fields(&value, &understood, "source", &mut unknown);
+    unknown_fields(&value, &understood, &mut "source".to_owned(), &mut unknown);
     if !unknown.is_empty() {
         return Err(format!(
             "source has fields that Kubernetes does not define (typos?): {}",
@@ -98,21 +99,30 @@ fn single_type(object: &Map<String, Value>) -> Result<&'static str, String> {
 }
 
 /// Collects paths of keys present in `given` but dropped by the typed parse.
-fn unknown_fields(given: &Value, understood: &Value, path: &str, out: &mut Vec<String>) {
+/// `path` is where `given` is; it is extended in place while descending.
+fn unknown_fields(given: &Value, understood: &Value, path: &mut String, out: &mut Vec<String>) {
+    let len = path.len();
     match (given, understood) {
         (Value::Object(g), Value::Object(u)) => {
             for (k, v) in g {
-                let sub = format!("{path}.{k}");
                 match u.get(k) {
-                    Some(uv) => unknown_fields(v, uv, &sub, out),
-                    None if !v.is_null() => out.push(sub),
+                    Some(uv) => {
+                        path.push('.');
+                        path.push_str(k);
+                        unknown_fields(v, uv, path, out);
+                        path.truncate(len);
+                    }
+                    None if !v.is_null() => out.push(format!("{path}.{k}")),
                     None => {}
                 }
             }
         }
         (Value::Array(g), Value::Array(u)) => {
             for (i, (gv, uv)) in g.iter().zip(u).enumerate() {
-                unknown_fields(gv, uv, &format!("{path}[{i}]"), out);
+                use std::fmt::Write;
+                let _ = write!(path, "[{i}]");
+                unknown_fields(gv, uv, path, out);
+                path.truncate(len);
             }
         }
         _ => {}

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, ObjectReference, PersistentVolume,
-    VolumeNodeAffinity,
+    PersistentVolumeClaimSpec, VolumeNodeAffinity,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -31,7 +31,8 @@ pub fn build(
 ) -> Result<PersistentVolume, String> {
     let claim = &opts.claim;
     let class = &opts.class;
-    let claim_spec = claim.spec.clone().unwrap_or_default();
+    let no_spec = PersistentVolumeClaimSpec::default();
+    let claim_spec = claim.spec.as_ref().unwrap_or(&no_spec);
 
     if volume.capacity_bytes == 0 {
         return Err("capacity-bytes is 0; a volume must have a size".into());
