@@ -422,7 +422,6 @@ async fn a_policy_change_applies_to_the_next_call_and_a_broken_one_is_rejected()
 /// replaced ten times: every claim is bound exactly once and none fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claims_keep_binding_while_the_plugin_is_replaced_ten_times() {
-    const CLAIMS: usize = 60;
     const SWAPS: u32 = 10;
     let sim = kube_sim::Simulator::start(kube_sim::Config::default())
         .await
@@ -457,25 +456,48 @@ async fn claims_keep_binding_while_the_plugin_is_replaced_ten_times() {
     classes.create(&PostParams::default(), &sc).await.unwrap();
 
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
+    // Claims keep arriving until every swap is done.
+    let stop_creating = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let creating = {
-        let claims = claims.clone();
+        let (claims, stop) = (claims.clone(), stop_creating.clone());
         tokio::spawn(async move {
-            for i in 0..CLAIMS {
-                let mut c = claim(&format!("claim-{i:03}"), "1Mi");
+            let mut created = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let mut c = claim(&format!("claim-{created:03}"), "1Mi");
                 c.metadata.uid = None;
                 c.spec.as_mut().unwrap().storage_class_name = Some("fast".into());
                 claims.create(&PostParams::default(), &c).await.unwrap();
-                tokio::time::sleep(Duration::from_millis(25)).await;
+                created += 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
             }
+            created
         })
     };
+    let pv_api: Api<PersistentVolume> = Api::all(client.clone());
+    // Each version provisions at least one claim before the next replaces
+    // it, while other claims are in flight.
+    let made_a_volume = |digest: String| {
+        let pv_api = pv_api.clone();
+        async move {
+            eventually(&format!("{digest} provisions a claim"), || async {
+                let list = pv_api.list(&ListParams::default()).await.ok()?;
+                list.items
+                    .iter()
+                    .any(|pv| made_by(pv) == digest)
+                    .then_some(())
+            })
+            .await
+        }
+    };
     for n in 1..=SWAPS {
+        made_a_volume(digest(&variant(&good, n - 1))).await;
         let next = variant(&good, n);
         mount.update(&[("hostpath.wasm", &next)]);
         host.serves("hostpath", &digest(&next)).await;
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    creating.await.unwrap();
+    made_a_volume(digest(&variant(&good, SWAPS))).await;
+    stop_creating.store(true, std::sync::atomic::Ordering::SeqCst);
+    let created = creating.await.unwrap();
 
     let bound = eventually("every claim is Bound", || async {
         let list = claims.list(&ListParams::default()).await.ok()?;
@@ -487,7 +509,7 @@ async fn claims_keep_binding_while_the_plugin_is_replaced_ten_times() {
                 (status.phase.as_deref() == Some("Bound")).then(|| c.spec.clone()?.volume_name)?
             })
             .collect();
-        (bound.len() == CLAIMS).then_some(bound)
+        (bound.len() == created).then_some(bound)
     })
     .await;
     let pvs = Api::<PersistentVolume>::all(client.clone())
@@ -495,17 +517,17 @@ async fn claims_keep_binding_while_the_plugin_is_replaced_ten_times() {
         .await
         .unwrap()
         .items;
-    assert_eq!(pvs.len(), CLAIMS, "exactly one volume per claim");
+    assert_eq!(pvs.len(), created, "exactly one volume per claim");
     let mut names: Vec<&String> = bound.iter().collect();
     names.dedup();
-    assert_eq!(names.len(), CLAIMS);
+    assert_eq!(names.len(), created);
     let dirs = std::fs::read_dir(volumes.path()).unwrap().count();
-    assert_eq!(dirs, CLAIMS, "one directory per claim, none leaked");
+    assert_eq!(dirs, created, "one directory per claim, none leaked");
     let versions: std::collections::BTreeSet<String> = pvs.iter().map(made_by).collect();
-    assert!(
-        versions.len() >= 3,
-        "claims were provisioned across the swaps, by {} versions",
-        versions.len()
+    assert_eq!(
+        versions.len(),
+        SWAPS as usize + 1,
+        "every version provisioned claims"
     );
     let failed = host.metrics.encode();
     assert!(

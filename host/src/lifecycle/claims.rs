@@ -157,9 +157,14 @@ async fn provision<P: Provisioner>(
 
     // A restart or a lost answer: the volume may already exist. Like the Go
     // library, look in the watch's cache rather than ask the API server; if
-    // the cache lags, the plugin is asked again for the same volume and
-    // saving it finds our own (AlreadyExists is success).
-    let _ = ctx.volumes.wait_until_ready().await;
+    // the cache lags (or is still filling at start), the plugin is asked
+    // again for the same volume and saving it finds our own (AlreadyExists
+    // is success).
+    //
+    // Do not wait for the cache here: `Store::wait_until_ready` (kube-runtime
+    // 5) wakes only the last of several concurrent waiters, and the volumes
+    // controller itself waits on this store, so a reconcile waiting here at
+    // start could hang forever (seen under CPU load: a claim never bound).
     if let Some(existing) = ctx.volumes.get(&ObjectRef::new(&pv_name)) {
         if claim_uid(&existing).as_deref() == Some(uid.as_str()) {
             ctx.succeed(&uid);
