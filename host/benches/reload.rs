@@ -10,19 +10,28 @@
 //! the compile cache already holds the version (e.g. another replica or an
 //! earlier start compiled it); "uncached" compiles it with Cranelift.
 //!
+//! The API source is timed the same way: from the ConfigMap update request
+//! (server-side apply of `wasmprov plugin pack`'s ConfigMaps; parts, then
+//! the manifest, for a chunked plugin) on the simulated API server to the
+//! new version serving.
+//!
 //! Memory: resident set growth of this process per version kept loaded
 //! (compiled code, metadata, the instance-pre), for distinct versions.
 
-#[path = "../tests/support/kubelet.rs"]
-mod kubelet;
+#[path = "../tests/support/mod.rs"]
+mod support;
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kubelet::{variant, KubeletVolume};
-use sha2::{Digest, Sha256};
-use wasmprov::delivery::{self, WatchConfig};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, Patch, PatchParams};
+use kube::ResourceExt;
+use support::kubelet::KubeletVolume;
+use support::{digest, variant};
+use wasmprov::delivery::encoding::Encoding;
+use wasmprov::delivery::{self, package, WatchConfig};
 use wasmprov::metrics::Metrics;
 use wasmprov::registry::PluginRegistry;
 use wasmprov::runtime::{PolicySet, Runtime, RuntimeConfig};
@@ -42,7 +51,7 @@ fn main() {
         "reload: kubelet-style swap → new version serving (debounce {:?})",
         WatchConfig::default().debounce
     );
-    println!("| plugin | size | cache | swaps | median | max | RSS per loaded version |");
+    println!("| plugin | size | source, cache | swaps | median | max | RSS per loaded version |");
     println!("|---|---|---|---|---|---|---|");
     let mut breakdown = Vec::new();
     // (plugin, swaps measured cached, swaps measured uncached, versions kept for memory)
@@ -54,9 +63,14 @@ fn main() {
         };
         let cached_times = tokio.block_on(swap_times(name, &wasm, cached, true));
         let uncached_times = tokio.block_on(swap_times(name, &wasm, uncached, false));
+        let api_times = tokio.block_on(configmap_times(name, &wasm, cached));
         let rss = tokio.block_on(rss_per_version(name, &wasm, kept));
         breakdown.push(tokio.block_on(steps(name, &wasm)));
-        for (label, times) in [("cached", &cached_times), ("uncached", &uncached_times)] {
+        for (label, times) in [
+            ("file, cached", &cached_times),
+            ("file, uncached", &uncached_times),
+            ("ConfigMap via API, cached", &api_times),
+        ] {
             println!(
                 "| {name} | {:.1} MiB | {label} | {} | {} | {} | {:.1} MiB |",
                 wasm.len() as f64 / f64::from(1 << 20),
@@ -114,7 +128,9 @@ async fn swap_times(name: &str, wasm: &[u8], n: u32, cached: bool) -> Vec<Durati
         .unwrap()
     };
     // A fresh cache directory per run: "uncached" really compiles.
-    let versions: Vec<Vec<u8>> = (0..=n).map(|i| variant(wasm, i + 1)).collect();
+    let versions: Vec<Vec<u8>> = (0..=n)
+        .map(|i| variant(wasm, &(i + 1).to_string()))
+        .collect();
     if cached {
         let warm = runtime();
         for v in &versions {
@@ -141,6 +157,76 @@ async fn swap_times(name: &str, wasm: &[u8], n: u32, cached: bool) -> Vec<Durati
     times
 }
 
+/// Times `n` updates of the plugin's ConfigMap(s) on the simulated API
+/// server, from the update request to the new version serving (API source,
+/// versions already in the compile cache).
+async fn configmap_times(name: &str, wasm: &[u8], n: u32) -> Vec<Duration> {
+    const NS: &str = "default";
+    let sim = kube_sim::Simulator::start(kube_sim::Config::default())
+        .await
+        .unwrap();
+    let client = sim.client().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let runtime = Arc::new(
+        Runtime::new(RuntimeConfig {
+            cache_dir: Some(cache.path().to_owned()),
+            ..RuntimeConfig::default()
+        })
+        .unwrap(),
+    );
+    let versions: Vec<Vec<u8>> = (0..=n)
+        .map(|i| variant(wasm, &(100 + i).to_string()))
+        .collect();
+    for v in &versions {
+        runtime.compile(name, v).unwrap();
+    }
+    let sources = delivery::Sources {
+        configmaps: Some(delivery::ConfigMapsSource {
+            client: client.clone(),
+            namespace: NS.to_owned(),
+            reporter: "wasmprov-bench".into(),
+            initial_timeout: Duration::from_secs(30),
+        }),
+        ..delivery::Sources::default()
+    };
+    let registry = delivery::serve(
+        sources,
+        runtime,
+        Arc::new(Metrics::default()),
+        WatchConfig::default(),
+    )
+    .await
+    .unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(client, NS);
+    let mut times = Vec::new();
+    for (i, v) in versions.iter().enumerate() {
+        let packed = package::pack(
+            name,
+            v,
+            Encoding::Zstd,
+            Some(NS),
+            package::DEFAULT_PART_SIZE,
+        )
+        .unwrap();
+        let started = Instant::now();
+        for cm in &packed.config_maps {
+            api.patch(
+                &cm.name_any(),
+                &PatchParams::apply("wasmprov-bench").force(),
+                &Patch::Apply(cm),
+            )
+            .await
+            .unwrap();
+        }
+        wait_for(&registry, name, &packed.digest).await;
+        if i > 0 {
+            times.push(started.elapsed());
+        }
+    }
+    sim.shutdown().await;
+    times
+}
+
 async fn wait_for(registry: &PluginRegistry, name: &str, digest: &str) {
     let deadline = Instant::now() + Duration::from_secs(120);
     let want = (name.to_owned(), digest.to_owned());
@@ -156,7 +242,7 @@ async fn rss_per_version(name: &str, wasm: &[u8], n: u32) -> f64 {
     let policy = PolicySet::default().for_plugin(name);
     // One load first, so one-time costs (engine, pool, code paths) are not counted.
     let first = runtime
-        .load(name, &variant(wasm, 0), policy.clone())
+        .load(name, &variant(wasm, "0"), policy.clone())
         .await
         .unwrap();
     let before = rss_bytes();
@@ -164,7 +250,7 @@ async fn rss_per_version(name: &str, wasm: &[u8], n: u32) -> f64 {
     for i in 1..=n {
         kept.push(
             runtime
-                .load(name, &variant(wasm, i), policy.clone())
+                .load(name, &variant(wasm, &i.to_string()), policy.clone())
                 .await
                 .unwrap(),
         );
@@ -182,10 +268,6 @@ fn rss_bytes() -> u64 {
         .and_then(|p| p.parse().ok())
         .unwrap_or(0);
     pages * 4096
-}
-
-fn digest(bytes: &[u8]) -> String {
-    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
 }
 
 fn median(times: &[Duration]) -> Duration {

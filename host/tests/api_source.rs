@@ -13,7 +13,6 @@ use k8s_openapi::api::core::v1::{ConfigMap, Event};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::events::Reporter;
 use kube::{Api, Client, ResourceExt};
-use sha2::{Digest, Sha256};
 use support::*;
 use wasmprov::delivery::configmaps;
 use wasmprov::delivery::encoding::Encoding;
@@ -187,37 +186,8 @@ impl Harness {
     }
 }
 
-/// `wasm` with a custom section added: the same plugin with another digest.
-fn variant(wasm: &[u8], tag: &str) -> Vec<u8> {
-    fn leb(mut n: usize, out: &mut Vec<u8>) {
-        loop {
-            let byte = (n & 0x7f) as u8;
-            n >>= 7;
-            if n == 0 {
-                out.push(byte);
-                return;
-            }
-            out.push(byte | 0x80);
-        }
-    }
-    let name = b"wasmprov-test";
-    let mut payload = Vec::new();
-    leb(name.len(), &mut payload);
-    payload.extend_from_slice(name);
-    payload.extend_from_slice(tag.as_bytes());
-    let mut out = wasm.to_vec();
-    out.push(0); // custom section
-    leb(payload.len(), &mut out);
-    out.extend_from_slice(&payload);
-    out
-}
-
 fn hostpath_wasm() -> Vec<u8> {
     std::fs::read(plugin_path("hostpath")).unwrap()
-}
-
-fn digest(wasm: &[u8]) -> String {
-    format!("sha256:{}", hex::encode(Sha256::digest(wasm)))
 }
 
 /// A chunked package of `wasm` (hostpath is ~60 KB compressed: 4 parts).
@@ -231,33 +201,6 @@ async fn within<T>(limit: Duration, what: &str, f: impl Future<Output = T>) -> T
     tokio::time::timeout(limit, f)
         .await
         .unwrap_or_else(|_| panic!("timed out after {limit:?} waiting for {what}"))
-}
-
-/// Polls `f` until it returns Some, failing the test after 60 s.
-async fn eventually<T, F, Fut>(what: &str, f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    eventually_within(Duration::from_secs(60), what, f).await
-}
-
-async fn eventually_within<T, F, Fut>(limit: Duration, what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + limit;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {limit:?} waiting until {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

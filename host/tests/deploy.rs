@@ -11,7 +11,6 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -31,7 +30,7 @@ use kube::{Api, Client, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use support::workspace_root;
+use support::{eventually, workspace_root};
 use wasmprov::cli::Cli;
 use wasmprov::delivery::configmaps;
 use wasmprov::delivery::encoding::Encoding;
@@ -928,25 +927,6 @@ async fn the_manifests_apply_to_the_simulator() {
         .await
         .unwrap();
     assert_eq!(cm.binary_data.unwrap().len(), 1);
-}
-
-/// Polls `f` until it returns Some, failing the test after 20 s.
-async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting until {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// What kubelet would give the host container: each volume mount made real

@@ -248,25 +248,6 @@ impl Drop for Cluster {
     }
 }
 
-/// Polls `f` until it returns Some, failing the test after 30 s.
-async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting until {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 fn host_path(pv: &PersistentVolume) -> PathBuf {
     PathBuf::from(&pv.spec.as_ref().unwrap().host_path.as_ref().unwrap().path)
 }

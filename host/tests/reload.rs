@@ -7,7 +7,6 @@
 
 mod support;
 
-use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,9 +15,8 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, ResourceExt};
-use sha2::{Digest, Sha256};
-use support::kubelet::{variant, KubeletVolume};
-use support::{claim, class, guest_path, options, plugin_path};
+use support::kubelet::KubeletVolume;
+use support::{claim, class, digest, eventually, guest_path, options, plugin_path, variant};
 use tempfile::TempDir;
 use wasmprov::delivery::{self, encoding, WatchConfig};
 use wasmprov::lifecycle;
@@ -26,10 +24,6 @@ use wasmprov::metrics::Metrics;
 use wasmprov::provisioner::Provisioner;
 use wasmprov::registry::PluginRegistry;
 use wasmprov::runtime::{Runtime, RuntimeConfig};
-
-fn digest(bytes: &[u8]) -> String {
-    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
-}
 
 fn hostpath_wasm() -> Vec<u8> {
     std::fs::read(plugin_path("hostpath")).unwrap()
@@ -139,8 +133,8 @@ fn policy_file(volumes: &Path) -> (TempDir, PathBuf) {
 async fn a_kubelet_configmap_update_swaps_the_version_and_calls_in_flight_finish_on_the_old_one() {
     let hostpath = hostpath_wasm();
     let slow = std::fs::read(guest_path("misbehave")).unwrap();
-    let (v1, v2) = (variant(&hostpath, 1), variant(&hostpath, 2));
-    let (slow1, slow2) = (variant(&slow, 1), variant(&slow, 2));
+    let (v1, v2) = (variant(&hostpath, "1"), variant(&hostpath, "2"));
+    let (slow1, slow2) = (variant(&slow, "1"), variant(&slow, "2"));
     let mut mount = KubeletVolume::new(&[("hostpath.wasm", &v1), ("slow.wasm", &slow1)]);
     let volumes = TempDir::new().unwrap();
     let (_p, policy) = policy_file(volumes.path());
@@ -238,7 +232,7 @@ async fn broken_versions_are_rejected_and_the_previous_one_keeps_serving() {
     assert_eq!(host.reloads("hostpath", "loaded"), 1);
 
     // Fixing the file is picked up like any update.
-    let fixed = variant(&good, 7);
+    let fixed = variant(&good, "7");
     mount.update(&[("hostpath.wasm", &fixed)]);
     host.serves("hostpath", &digest(&fixed)).await;
 }
@@ -266,7 +260,7 @@ async fn plain_writes_compressed_files_and_ambiguous_names() {
     assert!(host.registry.serving().is_empty());
 
     // A file copied in slowly, in pieces: loaded once it is whole.
-    let v1 = variant(&good, 1);
+    let v1 = variant(&good, "1");
     {
         use std::io::Write;
         let mut f = std::fs::File::create(dir.path().join("hostpath.wasm")).unwrap();
@@ -280,7 +274,7 @@ async fn plain_writes_compressed_files_and_ambiguous_names() {
 
     // Compressed versions replace it (written atomically, as tools do).
     for (n, encoding) in [(2, encoding::Encoding::Zstd), (3, encoding::Encoding::Gzip)] {
-        let v = variant(&good, n);
+        let v = variant(&good, &n.to_string());
         let file = format!("hostpath{}", encoding.suffix());
         let tmp = dir.path().join(format!(".{file}.tmp"));
         std::fs::write(&tmp, encoding::encode(encoding, &v).unwrap()).unwrap();
@@ -295,18 +289,18 @@ async fn plain_writes_compressed_files_and_ambiguous_names() {
     }
 
     // Two files for one plugin: neither is taken, the current one serves.
-    std::fs::write(dir.path().join("hostpath.wasm"), variant(&good, 4)).unwrap();
+    std::fs::write(dir.path().join("hostpath.wasm"), variant(&good, "4")).unwrap();
     eventually("the ambiguous files are reported", || async {
         (host.reloads("hostpath", "rejected") >= 1).then_some(())
     })
     .await;
     let pv = host.provision("hostpath", "x").await.unwrap();
-    assert_eq!(made_by(&pv), digest(&variant(&good, 3)));
+    assert_eq!(made_by(&pv), digest(&variant(&good, "3")));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_removed_plugin_stops_provisioning_but_still_deletes_its_volumes() {
-    let good = variant(&hostpath_wasm(), 11);
+    let good = variant(&hostpath_wasm(), "11");
     let cache = TempDir::new().unwrap();
     let mut mount = KubeletVolume::new(&[("hostpath.wasm", &good)]);
     let volumes = TempDir::new().unwrap();
@@ -428,7 +422,7 @@ async fn claims_keep_binding_while_the_plugin_is_replaced_ten_times() {
         .unwrap();
     let client = sim.client().unwrap();
     let good = hostpath_wasm();
-    let mut mount = KubeletVolume::new(&[("hostpath.wasm", &variant(&good, 0))]);
+    let mut mount = KubeletVolume::new(&[("hostpath.wasm", &variant(&good, "0"))]);
     let volumes = TempDir::new().unwrap();
     let (_p, policy) = policy_file(volumes.path());
     let host = Host::start(mount.path(), &policy, None).await;
@@ -490,12 +484,12 @@ async fn claims_keep_binding_while_the_plugin_is_replaced_ten_times() {
         }
     };
     for n in 1..=SWAPS {
-        made_a_volume(digest(&variant(&good, n - 1))).await;
-        let next = variant(&good, n);
+        made_a_volume(digest(&variant(&good, &(n - 1).to_string()))).await;
+        let next = variant(&good, &n.to_string());
         mount.update(&[("hostpath.wasm", &next)]);
         host.serves("hostpath", &digest(&next)).await;
     }
-    made_a_volume(digest(&variant(&good, SWAPS))).await;
+    made_a_volume(digest(&variant(&good, &SWAPS.to_string()))).await;
     stop_creating.store(true, std::sync::atomic::Ordering::SeqCst);
     let created = creating.await.unwrap();
 
@@ -537,23 +531,4 @@ async fn claims_keep_binding_while_the_plugin_is_replaced_ten_times() {
     assert_eq!(host.reloads("hostpath", "loaded"), u64::from(SWAPS) + 1);
     let _ = stop.send(());
     lifecycle.await.unwrap();
-}
-
-/// Polls `f` until it returns Some, failing the test after 30 s.
-async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting until {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }

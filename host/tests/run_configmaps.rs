@@ -6,7 +6,6 @@
 
 mod support;
 
-use std::future::Future;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -18,29 +17,10 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::ByteString;
 use kube::{Api, ResourceExt};
 use serde_json::json;
-use support::workspace_root;
+use support::{eventually, workspace_root};
 
 const NS: &str = "default";
 const CONFIGMAP: &str = "wasmprov-plugin-hostpath";
-
-/// Polls `f` until it returns Some, failing the test after 60 s.
-async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting until {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 /// The host as a child process; killed when dropped.
 struct Host {

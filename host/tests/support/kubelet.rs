@@ -1,6 +1,4 @@
-//! Test doubles for how plugin files reach a host: kubelet's ConfigMap
-//! volume layout, and distinct versions of one component.
-//! Shared by the reload tests and the reload benchmark.
+//! kubelet's ConfigMap volume layout, for the reload tests and benchmark.
 
 use std::os::unix::fs::symlink;
 use std::path::Path;
@@ -62,19 +60,4 @@ impl KubeletVolume {
         }
         visible
     }
-}
-
-/// The same component with a different digest: a custom section appended
-/// (custom sections may appear anywhere and do not change behaviour).
-pub fn variant(component: &[u8], n: u32) -> Vec<u8> {
-    let name = b"wasmprov-test-variant";
-    let payload = n.to_le_bytes();
-    let mut section = vec![name.len() as u8];
-    section.extend_from_slice(name);
-    section.extend_from_slice(&payload);
-    let mut out = component.to_vec();
-    out.push(0); // custom section id
-    out.push(section.len() as u8); // LEB128, < 128
-    out.extend_from_slice(&section);
-    out
 }

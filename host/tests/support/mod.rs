@@ -248,3 +248,32 @@ pub fn pack(wasmprov: &Path, file: &Path, name: &str) -> Vec<u8> {
     );
     out.stdout
 }
+
+/// Polls `f` until it returns Some, failing the test after 60 s (a bound
+/// for a machine under load; passing tests return as soon as it holds).
+pub async fn eventually<T, F, Fut>(what: &str, f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    eventually_within(std::time::Duration::from_secs(60), what, f).await
+}
+
+/// [`eventually`] with its own time limit.
+pub async fn eventually_within<T, F, Fut>(limit: std::time::Duration, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {limit:?} waiting until {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
