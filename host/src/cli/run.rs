@@ -84,16 +84,17 @@ impl LifecycleArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(group(
+    clap::ArgGroup::new("plugin_source")
+        .required(true)
+        .multiple(true)
+        .args(["plugins_dir", "plugin_configmaps"])
+))]
 pub struct RunArgs {
     /// Directory of plugins, watched for changes: each `<name>.wasm` (or
     /// `.wasm.gz`, `.wasm.zst`) serves the classes whose `parameters.plugin`
     /// is `<name>`. New versions replace old ones without a restart.
-    #[arg(
-        long,
-        value_name = "DIR",
-        env = "WASMPROV_PLUGINS_DIR",
-        required_unless_present = "plugin_configmaps"
-    )]
+    #[arg(long, value_name = "DIR", env = "WASMPROV_PLUGINS_DIR")]
     pub plugins_dir: Option<PathBuf>,
     /// Also load plugins from ConfigMaps labelled `wasmprov.io/plugin` in
     /// --plugins-namespace, read through the API: no kubelet delay, and
