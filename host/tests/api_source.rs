@@ -58,17 +58,7 @@ impl Harness {
                 .unwrap(),
         )
         .unwrap();
-        let runtime = Runtime::new(RuntimeConfig {
-            cache_dir: Some(workspace_root().join("target/test-compile-cache")),
-            ..RuntimeConfig::default()
-        })
-        .unwrap();
-        let registry = Arc::new(PluginRegistry::new(
-            Arc::new(runtime),
-            PolicySet::default(),
-            Arc::new(Metrics::default()),
-            configmaps::describe(NS),
-        ));
+        let registry = empty_registry();
         let (task, handle) = configmaps::watch(
             source_client,
             NS,
@@ -458,31 +448,7 @@ async fn packed_javascript_plugin_applied_with_kubectl_loads() {
         + usize::from(yaml.starts_with(b"---\n"));
     assert!(documents >= 4, "{documents} ConfigMaps");
 
-    let mut kubectl = std::process::Command::new("kubectl")
-        .args([
-            "--server",
-            &h.sim.url(),
-            "apply",
-            "--server-side",
-            "-f",
-            "-",
-        ])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run kubectl");
-    {
-        use std::io::Write;
-        kubectl.stdin.take().unwrap().write_all(&yaml).unwrap();
-    }
-    let out = kubectl.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl apply failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    kubectl_apply(&h.sim.url(), NS, &yaml);
     let wasm = std::fs::read(&file).unwrap();
     // Uncached, the JavaScript component compiles for a while.
     eventually_within(Duration::from_secs(600), "template serves", || async {
@@ -514,17 +480,7 @@ async fn plugins_present_at_start_serve_when_start_returns() {
     for cm in single.config_maps.iter().chain(&chunks.config_maps) {
         api.create(&Default::default(), cm).await.unwrap();
     }
-    let runtime = Runtime::new(RuntimeConfig {
-        cache_dir: Some(workspace_root().join("target/test-compile-cache")),
-        ..RuntimeConfig::default()
-    })
-    .unwrap();
-    let registry = Arc::new(PluginRegistry::new(
-        Arc::new(runtime),
-        PolicySet::default(),
-        Arc::new(Metrics::default()),
-        configmaps::describe(NS),
-    ));
+    let registry = empty_registry();
     configmaps::start(
         client,
         NS,
@@ -543,4 +499,19 @@ async fn plugins_present_at_start_serve_when_start_returns() {
             ("hostpath".to_owned(), digest(&wasm))
         ]
     );
+}
+
+/// A registry with no plugins yet, fed by the API source under test.
+fn empty_registry() -> Arc<PluginRegistry> {
+    let runtime = Runtime::new(RuntimeConfig {
+        cache_dir: Some(workspace_root().join("target/test-compile-cache")),
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
+    Arc::new(PluginRegistry::new(
+        Arc::new(runtime),
+        PolicySet::default(),
+        Arc::new(Metrics::default()),
+        configmaps::describe(NS),
+    ))
 }

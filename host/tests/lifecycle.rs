@@ -168,6 +168,14 @@ impl Cluster {
             .unwrap();
     }
 
+    /// Exactly `n` volumes exist, and `n` directories: nothing extra, nothing leaked.
+    async fn one_volume_and_directory_each(&self, n: usize) {
+        let volumes = self.volumes().list(&ListParams::default()).await.unwrap();
+        assert_eq!(volumes.items.len(), n, "exactly one volume per claim");
+        let dirs = std::fs::read_dir(self.volumes_dir.path()).unwrap().count();
+        assert_eq!(dirs, n, "one directory per volume: nothing leaked");
+    }
+
     /// Waits until the volume object is gone.
     async fn volume_gone(&self, name: &str) {
         let volumes = self.volumes();
@@ -648,15 +656,7 @@ async fn every_claim_is_bound_exactly_once_despite_api_faults() {
     assert!(stats.failed_requests > 0, "faults were injected: {stats:?}");
     assert!(stats.closed_watches > 0, "watches were dropped: {stats:?}");
     assert_eq!(names.len(), n, "each claim has its own volume");
-    let volumes = c
-        .volumes()
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items;
-    assert_eq!(volumes.len(), n, "no extra volumes");
-    let dirs = std::fs::read_dir(c.volumes_dir.path()).unwrap().count();
-    assert_eq!(dirs, n, "no leaked directories");
+    c.one_volume_and_directory_each(n).await;
 }
 
 /// A claim deleted while its backend is still creating the storage: the host
@@ -1108,15 +1108,7 @@ async fn a_host_killed_mid_provision_and_restarted_leaves_one_volume_per_claim_a
         names.insert(pv.name_any());
     }
     assert_eq!(names.len(), n, "each claim has its own volume");
-    let volumes = c
-        .volumes()
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items;
-    assert_eq!(volumes.len(), n, "exactly one volume per claim");
-    let dirs = std::fs::read_dir(c.volumes_dir.path()).unwrap().count();
-    assert_eq!(dirs, n, "one directory per volume: nothing leaked");
+    c.one_volume_and_directory_each(n).await;
 }
 
 /// KNOWN LEAK, shared with the Go library (kubernetes-csi/external-provisioner
