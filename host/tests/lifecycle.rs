@@ -20,6 +20,7 @@ use wasmprov::runtime::{PolicySet, Runtime, RuntimeConfig};
 
 const PROVISIONER: &str = "wasmprov.io/host";
 const NODE: &str = "worker-1";
+const CLAIM_FINALIZER: &str = "wasmprov.io/provisioning";
 
 /// A simulated cluster with a wasmprov host serving the given plugins.
 struct Cluster {
@@ -705,6 +706,77 @@ async fn a_claim_deleted_while_its_storage_is_being_created_leaves_nothing_behin
         .is_empty());
 }
 
+/// With `--claim-finalizer`, a claim deleted while its backend is still
+/// creating the storage stays (Terminating) until that storage is removed;
+/// a claim provisioned normally carries the finalizer only until it is bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_claim_finalizer_a_deleted_claim_waits_until_its_storage_is_removed() {
+    let c = Cluster::start_with(&[hostpath(), misbehave()], |config| {
+        config.claim_finalizer = true
+    })
+    .await;
+    c.hostpath_class("fast", serde_json::json!({})).await;
+    c.claim("quick", "fast", serde_json::json!({})).await;
+    let pv = c.bound_volume("quick").await;
+    let claims = c.claims();
+    eventually("the bound claim is released by the host", || async {
+        let claim = claims.get("quick").await.unwrap();
+        (!claim.finalizers().iter().any(|f| f == CLAIM_FINALIZER)).then_some(())
+    })
+    .await;
+    c.delete_claim("quick").await;
+    c.volume_gone(&pv.name_any()).await;
+
+    c.class(
+        "async",
+        &[
+            ("plugin", "misbehave"),
+            ("behavior", "slow-create"),
+            ("attempts", "6"),
+        ],
+        serde_json::json!({}),
+    )
+    .await;
+    c.claim("data", "async", serde_json::json!({})).await;
+    let uid = c.claims().get("data").await.unwrap().uid().unwrap();
+    let attempts = c.volumes_dir.path().join(format!("pvc-{uid}.attempts"));
+    let deleted = c.volumes_dir.path().join(format!("pvc-{uid}.deleted"));
+    c.event("data", "ProvisioningFailed", "still creating")
+        .await;
+    assert!(c
+        .claims()
+        .get("data")
+        .await
+        .unwrap()
+        .finalizers()
+        .iter()
+        .any(|f| f == CLAIM_FINALIZER));
+
+    c.delete_claim("data").await;
+    assert!(
+        c.claims().get_opt("data").await.unwrap().is_some(),
+        "held while the backend is creating"
+    );
+    eventually("the claim is let go", || async {
+        claims
+            .get_opt("data")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert!(deleted.exists(), "its storage was removed first");
+    assert_eq!(std::fs::read_to_string(&attempts).unwrap(), "xxxxxx");
+    assert!(c
+        .volumes()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .is_empty());
+}
+
 /// With `--add-finalizer`, deleting a volume object does not lose its
 /// storage while bound, and the storage goes once the claim releases it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -862,8 +934,11 @@ fn plugin_calls(metrics: &Metrics, plugin: &str, call: &str) -> u64 {
 /// the claim changes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_that_keeps_failing_is_given_up_with_an_event_saying_how_to_retry() {
+    // With the claim finalizer on: the host's own patches to the claim are
+    // not changes that earn another try.
     let c = Cluster::start_with(&[misbehave()], |config| {
         config.failed_provision_threshold = 3;
+        config.claim_finalizer = true;
     })
     .await;
     c.class(
@@ -981,6 +1056,11 @@ struct HostProcess {
 
 impl HostProcess {
     fn spawn(c: &Cluster, work: &Path, name: &str) -> Self {
+        Self::spawn_with(c, work, name, &[])
+    }
+
+    /// `wasmprov run` with more flags.
+    fn spawn_with(c: &Cluster, work: &Path, name: &str, flags: &[&str]) -> Self {
         let kubeconfig = work.join("kubeconfig");
         std::fs::write(&kubeconfig, c.sim.kubeconfig()).unwrap();
         let policy = work.join("policy.yaml");
@@ -1009,6 +1089,7 @@ impl HostProcess {
                 "127.0.0.1:0",
             ])
             .args(["--kube-api-qps", "50", "--kube-api-burst", "20"])
+            .args(flags)
             .env("RUST_LOG", "info")
             .stdin(std::process::Stdio::null())
             .stdout(std::fs::File::create(&log).unwrap())
@@ -1036,7 +1117,7 @@ impl Drop for HostProcess {
 /// Starts `wasmprov run` while volumes cannot be saved, and kills it (SIGKILL)
 /// once the plugin has made storage for some claims and no volume is saved.
 /// Returns how many directories the plugin had made.
-async fn kill_mid_provision(c: &Cluster, work: &Path) -> usize {
+async fn kill_mid_provision(c: &Cluster, work: &Path, flags: &[&str]) -> usize {
     use kube_sim::{FailWith, FailureRule};
 
     let dirs = || std::fs::read_dir(c.volumes_dir.path()).unwrap().count();
@@ -1048,7 +1129,7 @@ async fn kill_mid_provision(c: &Cluster, work: &Path) -> usize {
             .verbs(&["create"])
             .resources(&["persistentvolumes"]),
     );
-    let host = HostProcess::spawn(c, work, "first");
+    let host = HostProcess::spawn_with(c, work, "first", flags);
     let made = loop {
         eventually("the plugin made a directory", || async {
             (dirs() > 0).then_some(())
@@ -1096,7 +1177,7 @@ async fn a_host_killed_mid_provision_and_restarted_leaves_one_volume_per_claim_a
         c.claim(&format!("c{i}"), "fast", serde_json::json!({}))
             .await;
     }
-    kill_mid_provision(&c, work.path()).await;
+    kill_mid_provision(&c, work.path(), &[]).await;
 
     let _host = HostProcess::spawn(&c, work.path(), "second");
     let mut names = std::collections::BTreeSet::new();
@@ -1111,24 +1192,32 @@ async fn a_host_killed_mid_provision_and_restarted_leaves_one_volume_per_claim_a
     c.one_volume_and_directory_each(n).await;
 }
 
-/// KNOWN LEAK, shared with the Go library (kubernetes-csi/external-provisioner
-/// #486): if the claim is deleted while the host is down after its plugin
-/// made the storage but before the volume was saved, nothing records that
-/// provisioning had started, so the restarted host never removes it. The fix
-/// discussed upstream is a finalizer on the claim, added before the plugin
-/// call and removed once the volume is saved (or its storage removed).
+/// The leak the Go library still has (kubernetes-csi/external-provisioner
+/// #486), closed by `--claim-finalizer`: the claim is deleted while the host
+/// is down after its plugin made the storage but before the volume was
+/// saved. The finalizer keeps the claim (Terminating) so the restarted host
+/// finds it, removes the storage, and only then lets the claim go.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "known leak (kubernetes-csi/external-provisioner#486): needs a claim finalizer"]
-async fn a_claim_deleted_while_the_host_is_down_mid_provision_leaves_no_storage() {
+async fn with_the_claim_finalizer_a_claim_deleted_while_the_host_is_down_leaves_no_storage() {
     let mut c = Cluster::start(&[hostpath()]).await;
     c.stop_host().await;
     c.hostpath_class("fast", serde_json::json!({})).await;
     let work = tempfile::tempdir().unwrap();
     c.claim("data", "fast", serde_json::json!({})).await;
-    kill_mid_provision(&c, work.path()).await;
+    kill_mid_provision(&c, work.path(), &["--claim-finalizer"]).await;
     c.delete_claim("data").await;
+    let held = c.claims().get("data").await.unwrap();
+    assert!(
+        held.metadata.deletion_timestamp.is_some()
+            && held.finalizers().iter().any(|f| f == CLAIM_FINALIZER),
+        "the claim waits for the host: {:?}",
+        held.metadata
+    );
+
+    let _host = HostProcess::spawn_with(&c, work.path(), "second", &["--claim-finalizer"]);
+    let dirs = || std::fs::read_dir(c.volumes_dir.path()).unwrap().count();
     let claims = c.claims();
-    eventually("the claim is gone", || async {
+    eventually("the claim is let go", || async {
         claims
             .get_opt("data")
             .await
@@ -1137,12 +1226,16 @@ async fn a_claim_deleted_while_the_host_is_down_mid_provision_leaves_no_storage(
             .then_some(())
     })
     .await;
-
-    let _host = HostProcess::spawn(&c, work.path(), "second");
-    let dirs = || std::fs::read_dir(c.volumes_dir.path()).unwrap().count();
-    eventually(
-        "the storage made for the deleted claim is removed",
-        || async { (dirs() == 0).then_some(()) },
-    )
-    .await;
+    assert_eq!(
+        dirs(),
+        0,
+        "the storage made for the deleted claim is removed"
+    );
+    assert!(c
+        .volumes()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .is_empty());
 }

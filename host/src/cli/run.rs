@@ -37,6 +37,14 @@ pub struct LifecycleArgs {
     /// to provisioned volumes, so deleting a volume object also deletes its storage.
     #[arg(long, env = "WASMPROV_ADD_FINALIZER")]
     pub add_finalizer: bool,
+    /// Hold each claim with the `wasmprov.io/provisioning` finalizer from
+    /// just before its plugin makes storage until that storage is saved as a
+    /// volume. A claim deleted meanwhile, even while the host is down, then
+    /// has its storage removed instead of leaked; the cost is two more API
+    /// requests per claim, and claims left Terminating if the host is
+    /// uninstalled mid-provision.
+    #[arg(long, env = "WASMPROV_CLAIM_FINALIZER")]
+    pub claim_finalizer: bool,
     /// Failed provisions of one claim before giving up (0: never).
     #[arg(
         long,
@@ -69,6 +77,7 @@ impl LifecycleArgs {
         };
         config.workers = self.workers.max(1);
         config.add_finalizer = self.add_finalizer;
+        config.claim_finalizer = self.claim_finalizer;
         config.failed_provision_threshold = self.failed_provision_threshold;
         config.failed_delete_threshold = self.failed_delete_threshold;
         config

@@ -14,6 +14,8 @@ use kube::{Api, Resource, ResourceExt};
 
 use super::decide::{self, keys, ClaimDecision};
 use super::events::{self, *};
+use super::finalizers;
+use super::in_progress::{self, Finish};
 use super::{retry_after, AfterFailure, Context, Error};
 use crate::metrics::Metrics;
 use crate::provisioner::{ProvisionOptions, ProvisionState, Provisioner};
@@ -60,6 +62,14 @@ pub(super) async fn reconcile<P: Provisioner>(
             let class = class.ok_or_else(|| Error::Provision("class vanished".into()))?;
             provision(&claim, (*class).clone(), &plugin, &ctx).await
         }
+        ClaimDecision::DropFinalizer => {
+            release(&claim, &ctx).await?;
+            Ok(Action::await_change())
+        }
+        ClaimDecision::FinishDeleted { plugin } => {
+            let class = class.ok_or_else(|| Error::Provision("class vanished".into()))?;
+            finish_deleted(&claim, (*class).clone(), &plugin, &ctx).await
+        }
     }
 }
 
@@ -77,9 +87,12 @@ pub(super) fn error_policy<P: Provisioner>(
     ctx.after(failure)
 }
 
-/// The version of what provisioning a claim depends on: the claim and its
-/// class. A threshold gives up on one version; a change means one more try.
+/// The version of what provisioning a claim depends on: the claim's spec
+/// and annotations, and its class. A threshold gives up on one version; a
+/// change means one more try. Not the claim's resourceVersion: the host's
+/// own finalizer patches and status updates change that.
 fn version<P>(claim: &PersistentVolumeClaim, ctx: &Context<P>) -> String {
+    use std::hash::{Hash, Hasher};
     let class = claim
         .spec
         .as_ref()
@@ -87,7 +100,11 @@ fn version<P>(claim: &PersistentVolumeClaim, ctx: &Context<P>) -> String {
         .and_then(|name| ctx.classes.get(&ObjectRef::new(name)))
         .and_then(|c| c.resource_version())
         .unwrap_or_default();
-    format!("{}/{class}", claim.resource_version().unwrap_or_default())
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    serde_json::to_string(&(&claim.spec, &claim.metadata.annotations))
+        .unwrap_or_default()
+        .hash(&mut hasher);
+    format!("{:016x}/{class}", hasher.finish())
 }
 
 /// Counts a failed provision of `claim` against the threshold, and logs.
@@ -168,6 +185,7 @@ async fn provision<P: Provisioner>(
     if let Some(existing) = ctx.volumes.get(&ObjectRef::new(&pv_name)) {
         if claim_uid(&existing).as_deref() == Some(uid.as_str()) {
             ctx.succeed(&uid);
+            release(claim, ctx).await?;
             return Ok(Action::await_change());
         }
     }
@@ -198,6 +216,13 @@ async fn provision<P: Provisioner>(
         None => None,
     };
 
+    // From here the backend may make storage: with --claim-finalizer the
+    // claim cannot disappear until that storage is saved or removed.
+    let claim_now = if ctx.config.claim_finalizer {
+        finalizers::add(&claims_api(claim, ctx), claim, keys::CLAIM_FINALIZER).await?
+    } else {
+        claim.clone()
+    };
     ctx.events
         .normal(
             &reference,
@@ -229,6 +254,13 @@ async fn provision<P: Provisioner>(
             } else {
                 ctx.in_progress.forget(&uid);
             }
+            if !matches!(
+                e.state,
+                ProvisionState::InBackground | ProvisionState::NoChange
+            ) {
+                // A final answer: the backend made nothing.
+                release_or_log(&claim_now, ctx).await;
+            }
             return provision_failed(claim, e, ctx).await;
         }
     };
@@ -243,6 +275,7 @@ async fn provision<P: Provisioner>(
     match save(&volumes, &pv, &uid, ctx.config.save_attempts).await {
         Ok(()) => {
             ctx.succeed(&uid);
+            release_or_log(&claim_now, ctx).await;
             ctx.metrics
                 .provision_total
                 .get_or_create(&class_label)
@@ -268,8 +301,10 @@ async fn provision<P: Provisioner>(
                 .get_or_create(&class_label)
                 .inc();
             // The backend made storage nobody will ever find: remove it.
-            if let Err(e) = ctx.provisioner.delete(plugin, &pv).await {
-                ctx.events
+            match ctx.provisioner.delete(plugin, &pv).await {
+                Ok(()) => release_or_log(&claim_now, ctx).await,
+                Err(e) => {
+                    ctx.events
                     .warning(
                         &reference,
                         PROVISIONING_CLEANUP_FAILED,
@@ -277,6 +312,7 @@ async fn provision<P: Provisioner>(
                         format!("Volume {pv_name} could not be saved and deleting its storage failed too; it may have leaked: {e}"),
                     )
                     .await;
+                }
             }
             let message = format!("failed to save PersistentVolume {pv_name}: {save_error}");
             ctx.events
@@ -345,10 +381,95 @@ async fn after_failure<P>(claim: &PersistentVolumeClaim, ctx: &Context<P>, error
     ctx.after(failure)
 }
 
+/// Finishes the provisioning of a claim deleted while it carried our
+/// finalizer (`--claim-finalizer`): whatever the backend made for it is
+/// removed (or saved, for Retain) before the claim is let go.
+async fn finish_deleted<P: Provisioner>(
+    claim: &PersistentVolumeClaim,
+    class: StorageClass,
+    plugin: &str,
+    ctx: &Context<P>,
+) -> Result<Action, Error> {
+    let uid = claim.uid().unwrap_or_default();
+    let Some(pv_name) = ProvisionOptions::pv_name_for(claim) else {
+        return Ok(Action::await_change());
+    };
+    // Saved before the claim went: the claim's deletion releases the volume
+    // and reclaiming it removes the storage.
+    let saved = match ctx.volumes.get(&ObjectRef::new(&pv_name)) {
+        Some(pv) => Some(pv),
+        None => Api::<PersistentVolume>::all(ctx.client.clone())
+            .get_opt(&pv_name)
+            .await?
+            .map(Arc::new),
+    };
+    if saved.is_some_and(|pv| claim_uid(&pv).as_deref() == Some(uid.as_str())) {
+        release(claim, ctx).await?;
+        return Ok(Action::await_change());
+    }
+    // The plugin is asked for the same volume again (provisioning is
+    // idempotent by volume name), so that it can be deleted.
+    let selected_node = match claim
+        .annotations()
+        .get(keys::SELECTED_NODE)
+        .filter(|n| !n.is_empty())
+    {
+        Some(node) => Api::<Node>::all(ctx.client.clone()).get_opt(node).await?,
+        None => None,
+    };
+    let opts = ProvisionOptions {
+        pv_name,
+        claim: claim.clone(),
+        class,
+        selected_node,
+    };
+    match in_progress::finish(ctx, plugin, &opts).await {
+        Ok(Finish::Done) => {
+            ctx.in_progress.forget(&uid);
+            ctx.succeed(&uid);
+            release(claim, ctx).await?;
+            Ok(Action::await_change())
+        }
+        Ok(Finish::Pending(message)) => Ok(after_failure(claim, ctx, &message).await),
+        Err(e) => {
+            let message = format!(
+                "{e}. The claim is kept (finalizer {}) until this succeeds",
+                keys::CLAIM_FINALIZER
+            );
+            ctx.events
+                .warning(
+                    &claim.object_ref(&()),
+                    PROVISIONING_CLEANUP_FAILED,
+                    "Provisioning",
+                    message.clone(),
+                )
+                .await;
+            Ok(after_failure(claim, ctx, &message).await)
+        }
+    }
+}
+
+fn claims_api<P>(claim: &PersistentVolumeClaim, ctx: &Context<P>) -> Api<PersistentVolumeClaim> {
+    Api::namespaced(ctx.client.clone(), &claim.namespace().unwrap_or_default())
+}
+
+/// Lets the claim go: its storage is a saved volume now, or does not exist.
+/// `claim` must be as recent as the finalizer it carries.
+async fn release<P>(claim: &PersistentVolumeClaim, ctx: &Context<P>) -> Result<(), kube::Error> {
+    finalizers::remove(&claims_api(claim, ctx), claim, keys::CLAIM_FINALIZER).await
+}
+
+/// [`release`] where a failure is not this reconcile's: the claim's next
+/// change (binding, deletion) comes back to it.
+async fn release_or_log<P>(claim: &PersistentVolumeClaim, ctx: &Context<P>) {
+    if let Err(e) = release(claim, ctx).await {
+        tracing::warn!(claim = %key(claim), error = %e, "cannot remove the claim finalizer yet");
+    }
+}
+
 /// Asks the scheduler for another node (the `reschedule` state).
 async fn unselect_node<P>(claim: &PersistentVolumeClaim, ctx: &Context<P>) -> Result<(), Error> {
-    let claims: Api<PersistentVolumeClaim> =
-        Api::namespaced(ctx.client.clone(), &claim.namespace().unwrap_or_default());
+    let claims = claims_api(claim, ctx);
     let patch = serde_json::json!({"metadata": {"annotations": {keys::SELECTED_NODE: null}}});
     claims
         .patch(

@@ -14,6 +14,11 @@ pub mod keys {
     pub const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
     /// The finalizer the Go library adds to provisioned volumes (`AddFinalizer`).
     pub const PV_FINALIZER: &str = "external-provisioner.volume.kubernetes.io/finalizer";
+    /// Ours, on a claim from just before its plugin is asked for storage
+    /// until that storage is saved as a volume or known not to exist
+    /// (`--claim-finalizer`): a claim deleted meanwhile, even while the host
+    /// is down, is held until its storage is removed.
+    pub const CLAIM_FINALIZER: &str = "wasmprov.io/provisioning";
 }
 
 /// The provisioner names this host answers to.
@@ -42,6 +47,11 @@ pub enum ClaimDecision {
     Refuse(String),
     /// Provision it with this plugin.
     Provision { plugin: String },
+    /// Bound, yet still carrying our claim finalizer: remove it.
+    DropFinalizer,
+    /// Deleted while provisioning may have made storage (our claim finalizer
+    /// holds it): finish with this plugin, remove the storage, let it go.
+    FinishDeleted { plugin: String },
 }
 
 /// Decides what to do with a claim. `class` is the claim's StorageClass if it
@@ -53,13 +63,24 @@ pub fn claim(
     plugin: impl Fn(&str) -> Result<PluginInfo, String>,
 ) -> ClaimDecision {
     let spec = claim.spec.as_ref();
+    let held = claim
+        .metadata
+        .finalizers
+        .iter()
+        .flatten()
+        .any(|f| f == keys::CLAIM_FINALIZER);
     if spec
         .and_then(|s| s.volume_name.as_deref())
         .is_some_and(|v| !v.is_empty())
     {
-        return ClaimDecision::Ignore;
+        return if held {
+            ClaimDecision::DropFinalizer
+        } else {
+            ClaimDecision::Ignore
+        };
     }
-    if claim.metadata.deletion_timestamp.is_some() {
+    let deleting = claim.metadata.deletion_timestamp.is_some();
+    if deleting && !held {
         return ClaimDecision::Ignore;
     }
     let annotations = claim.metadata.annotations.as_ref();
@@ -67,13 +88,29 @@ pub fn claim(
         a.get(keys::STORAGE_PROVISIONER)
             .or_else(|| a.get(keys::STORAGE_PROVISIONER_BETA))
     });
-    if !provisioner.is_some_and(|p| names.contains(p)) {
+    // Only this host adds its finalizer: a claim carrying it is ours.
+    if !held && !provisioner.is_some_and(|p| names.contains(p)) {
         return ClaimDecision::Ignore;
     }
     let class_name = spec
         .and_then(|s| s.storage_class_name.clone())
         .unwrap_or_default();
+    let refuse = |message: String| {
+        ClaimDecision::Refuse(if deleting {
+            format!(
+                "{message}. The claim is being deleted, and its finalizer {} keeps it until the \
+                 storage a provision may have made is removed: fix this, or remove the finalizer \
+                 if the backend made nothing",
+                keys::CLAIM_FINALIZER
+            )
+        } else {
+            message
+        })
+    };
     let Some(class) = class else {
+        if deleting {
+            return refuse(format!("StorageClass {class_name} does not exist"));
+        }
         return ClaimDecision::WaitForClass(class_name);
     };
     let Some(plugin_name) = class
@@ -82,14 +119,19 @@ pub fn claim(
         .and_then(|p| p.get(PLUGIN_PARAMETER))
         .filter(|p| !p.is_empty())
     else {
-        return ClaimDecision::Refuse(format!(
+        return refuse(format!(
             "StorageClass {class_name} has no \"{PLUGIN_PARAMETER}\" parameter; set parameters.{PLUGIN_PARAMETER} to the plugin that serves it"
         ));
     };
     let info = match plugin(plugin_name) {
         Ok(info) => info,
-        Err(message) => return ClaimDecision::Refuse(message),
+        Err(message) => return refuse(message),
     };
+    if deleting {
+        return ClaimDecision::FinishDeleted {
+            plugin: plugin_name.clone(),
+        };
+    }
     if spec.and_then(|s| s.volume_mode.as_deref()) == Some("Block") && !info.block_volumes {
         return ClaimDecision::Refuse(format!(
             "plugin {plugin_name} (StorageClass {class_name}) does not support volumeMode Block; use volumeMode Filesystem or a class whose plugin supports block volumes"
@@ -293,6 +335,90 @@ mod tests {
                 pvc(json!({"metadata": {"annotations": {"volume.kubernetes.io/selected-node": "n1"}}})),
                 Some(sc(json!({"volumeBindingMode": "WaitForFirstConsumer"}))),
                 hostpath(),
+            ),
+        ];
+        for (case, claim_obj, class, want) in cases {
+            assert_eq!(
+                claim(&claim_obj, class.as_ref(), &names(), known),
+                want,
+                "{case}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_claim_carrying_our_finalizer_is_finished_then_let_go() {
+        use ClaimDecision::*;
+        let held =
+            json!({"finalizers": ["kubernetes.io/pvc-protection", "wasmprov.io/provisioning"]});
+        let deleting = json!({"deletionTimestamp": "2026-01-01T00:00:00Z",
+            "finalizers": ["wasmprov.io/provisioning"]});
+        let held_note = "The claim is being deleted, and its finalizer wasmprov.io/provisioning keeps it until the storage a provision may have made is removed: fix this, or remove the finalizer if the backend made nothing";
+        let cases: Vec<(
+            &str,
+            PersistentVolumeClaim,
+            Option<StorageClass>,
+            ClaimDecision,
+        )> = vec![
+            (
+                "a pending claim is provisioned as usual",
+                pvc(json!({"metadata": held})),
+                Some(sc(json!({}))),
+                Provision {
+                    plugin: "hostpath".into(),
+                },
+            ),
+            (
+                "bound: the volume holds the storage now",
+                pvc(json!({"metadata": held, "spec": {"volumeName": "pvc-u1"}})),
+                Some(sc(json!({}))),
+                DropFinalizer,
+            ),
+            (
+                "bound and deleted: the same",
+                pvc(json!({"metadata": deleting, "spec": {"volumeName": "pvc-u1"}})),
+                Some(sc(json!({}))),
+                DropFinalizer,
+            ),
+            (
+                "deleted mid-provision: finish and clean up",
+                pvc(json!({"metadata": deleting})),
+                Some(sc(json!({}))),
+                FinishDeleted {
+                    plugin: "hostpath".into(),
+                },
+            ),
+            (
+                "deleted mid-provision, even once another provisioner is named",
+                pvc(
+                    json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z",
+                    "finalizers": ["wasmprov.io/provisioning"],
+                    "annotations": {"volume.kubernetes.io/storage-provisioner": "other.example.com"}}}),
+                ),
+                Some(sc(json!({}))),
+                FinishDeleted {
+                    plugin: "hostpath".into(),
+                },
+            ),
+            (
+                "deleted mid-provision on a WaitForFirstConsumer class without a node",
+                pvc(json!({"metadata": deleting})),
+                Some(sc(json!({"volumeBindingMode": "WaitForFirstConsumer"}))),
+                FinishDeleted {
+                    plugin: "hostpath".into(),
+                },
+            ),
+            (
+                "deleted, class gone: say what holds the claim",
+                pvc(json!({"metadata": deleting})),
+                None,
+                Refuse(format!("StorageClass fast does not exist. {held_note}")),
+            ),
+            (
+                "deleted, plugin gone: say what holds the claim",
+                pvc(json!({"metadata": deleting})),
+                Some(sc(json!({"parameters": {"plugin": "nope"}}))),
+                Refuse(format!("no plugin nope. {held_note}")),
             ),
         ];
         for (case, claim_obj, class, want) in cases {

@@ -10,6 +10,7 @@
 mod claims;
 pub mod decide;
 mod events;
+mod finalizers;
 mod in_progress;
 pub mod throttle;
 mod volumes;
@@ -41,6 +42,10 @@ pub struct Config {
     pub workers: u16,
     /// Add `external-provisioner.volume.kubernetes.io/finalizer` to volumes.
     pub add_finalizer: bool,
+    /// Hold a claim with `wasmprov.io/provisioning` while its storage is
+    /// being made, so deleting it meanwhile (even while the host is down)
+    /// cannot leak that storage.
+    pub claim_finalizer: bool,
     /// Give up on a claim after this many failed provisions (0: never).
     pub failed_provision_threshold: u32,
     /// Give up on a volume after this many failed deletes (0: never).
@@ -65,6 +70,7 @@ impl Config {
             },
             workers: 4,
             add_finalizer: false,
+            claim_finalizer: false,
             failed_provision_threshold: 15,
             failed_delete_threshold: 15,
             retry_base: Duration::from_secs(1),

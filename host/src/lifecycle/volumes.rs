@@ -5,12 +5,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use k8s_openapi::api::core::v1::PersistentVolume;
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::DeleteParams;
 use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 
 use super::decide::{self, keys, VolumeDecision};
 use super::events::VOLUME_FAILED_DELETE;
+use super::finalizers;
 use super::{AfterFailure, Context, Error};
 use crate::metrics::Metrics;
 use crate::provisioner::{DeleteState, Provisioner};
@@ -63,7 +64,7 @@ pub(super) async fn reconcile<P: Provisioner>(
         Err(kube::Error::Api(s)) if s.code == 404 => {}
         Err(e) => return Err(e.into()),
     }
-    remove_finalizer(&volumes, &pv).await?;
+    finalizers::remove(&volumes, &pv, keys::PV_FINALIZER).await?;
     ctx.succeed(&uid);
     ctx.metrics.delete_total.get_or_create(&class_label).inc();
     ctx.metrics
@@ -138,33 +139,5 @@ fn give_up_event<P>(
         events
             .warning(&reference, VOLUME_FAILED_DELETE, "Deleting", message)
             .await;
-    }
-}
-
-/// Removes our finalizer with a JSON patch that tests its position first, so
-/// a concurrent change to the list is a conflict, not a lost finalizer.
-async fn remove_finalizer(
-    volumes: &Api<PersistentVolume>,
-    pv: &PersistentVolume,
-) -> Result<(), Error> {
-    let Some(index) = pv.finalizers().iter().position(|f| f == keys::PV_FINALIZER) else {
-        return Ok(());
-    };
-    let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
-        {"op": "test", "path": format!("/metadata/finalizers/{index}"), "value": keys::PV_FINALIZER},
-        {"op": "remove", "path": format!("/metadata/finalizers/{index}")},
-    ]))
-    .map_err(|e| Error::Delete(e.to_string()))?;
-    match volumes
-        .patch(
-            &pv.name_any(),
-            &PatchParams::default(),
-            &Patch::Json::<()>(patch),
-        )
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
     }
 }
