@@ -12,6 +12,11 @@
 //! version is found again in the compile cache by the digest recorded on each
 //! volume; if the cache is gone too, deletes fail with an event saying to
 //! restore the plugin, and the volume is kept (nothing is lost).
+//!
+//! One source per plugin: the source whose version serves a plugin owns its
+//! name. Another source's version of it is rejected (it is not a way to
+//! upgrade) and kept aside; when the owner removes the plugin, that version
+//! takes over without a gap, if it loads.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
@@ -39,6 +44,29 @@ pub enum Reload {
     Rejected { reason: String },
 }
 
+/// Where a version comes from: a plugin source (one watched directory, or
+/// the plugin ConfigMaps of a namespace) and the file or ConfigMap in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin {
+    pub source: String,
+    pub item: String,
+}
+
+impl Origin {
+    pub fn new(source: impl Into<String>, item: impl Into<String>) -> Self {
+        Self {
+            source: source.into(),
+            item: item.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.item)
+    }
+}
+
 /// Loaded plugins, swappable one at a time.
 pub struct PluginRegistry {
     runtime: Arc<Runtime>,
@@ -59,6 +87,11 @@ struct State {
     rejected: BTreeMap<String, (String, String)>,
     /// Removed plugins' last versions, kept to delete their volumes.
     removed: BTreeMap<String, Arc<WasmProvisioner>>,
+    /// The source each serving plugin comes from.
+    owners: BTreeMap<String, String>,
+    /// Another source's version of a plugin that has an owner: it takes
+    /// over when the owner removes the plugin.
+    contested: BTreeMap<String, (Origin, Vec<u8>)>,
 }
 
 impl PluginRegistry {
@@ -92,9 +125,33 @@ impl PluginRegistry {
     }
 
     /// Compiles and validates `wasm` as the new version of `name` and, if it
-    /// is good, swaps it in. `origin` (a file, a ConfigMap) is for logs.
-    pub async fn apply(&self, name: &str, wasm: Vec<u8>, origin: &str) -> Reload {
+    /// is good, swaps it in. A version from a source other than the one
+    /// serving `name` is rejected, and kept to take over if that one
+    /// removes it.
+    pub async fn apply(&self, name: &str, wasm: Vec<u8>, origin: &Origin) -> Reload {
         let _one_at_a_time = self.reloading.lock().await;
+        {
+            let mut state = self.state.write().expect("registry lock");
+            if let Some(owner) = state.owners.get(name).filter(|o| **o != origin.source) {
+                let reason = format!(
+                    "plugin {name} is already served from {owner}, and {origin} (in {}) is another version of it, which is not loaded. \
+                     Give each plugin one source: remove it from one of them (the other then takes over)",
+                    origin.source
+                );
+                state
+                    .contested
+                    .insert(name.to_owned(), (origin.clone(), wasm));
+                drop(state);
+                tracing::error!(plugin = name, %origin, "plugin version rejected: {reason}");
+                self.metrics.plugin_reload(name, "rejected");
+                return Reload::Rejected { reason };
+            }
+        }
+        self.load(name, wasm, origin).await
+    }
+
+    /// [`Self::apply`] without the source check; the caller holds `reloading`.
+    async fn load(&self, name: &str, wasm: Vec<u8>, origin: &Origin) -> Reload {
         let digest = format!("sha256:{}", hex::encode(Sha256::digest(&wasm)));
         let (previous, policies) = {
             let state = self.state.read().expect("registry lock");
@@ -134,8 +191,16 @@ impl PluginRegistry {
                 );
                 state.rejected.remove(name);
                 state.removed.remove(name);
+                state.owners.insert(name.to_owned(), origin.source.clone());
+                if state
+                    .contested
+                    .get(name)
+                    .is_some_and(|(o, _)| o.source == origin.source)
+                {
+                    state.contested.remove(name);
+                }
                 drop(state);
-                tracing::info!(plugin = name, %digest, previous = previous.as_deref().unwrap_or("none"), origin, ?cache, took = ?started.elapsed(), "plugin version loaded");
+                tracing::info!(plugin = name, %digest, previous = previous.as_deref().unwrap_or("none"), %origin, ?cache, took = ?started.elapsed(), "plugin version loaded");
                 self.metrics.plugin_reload(name, "loaded");
                 self.metrics
                     .plugin_version(name, previous.as_deref(), Some(&digest));
@@ -149,10 +214,10 @@ impl PluginRegistry {
                 drop(state);
                 match &previous {
                     Some(old) => {
-                        tracing::error!(plugin = name, %digest, origin, serving = %old, "plugin version rejected, the previous version keeps serving: {reason}")
+                        tracing::error!(plugin = name, %digest, %origin, serving = %old, "plugin version rejected, the previous version keeps serving: {reason}")
                     }
                     None => {
-                        tracing::error!(plugin = name, %digest, origin, "plugin rejected: {reason}")
+                        tracing::error!(plugin = name, %digest, %origin, "plugin rejected: {reason}")
                     }
                 }
                 self.metrics.plugin_reload(name, "rejected");
@@ -182,19 +247,42 @@ impl PluginRegistry {
             .inc();
     }
 
-    /// Stops serving `name` for new claims; its last version stays to delete
-    /// the volumes it made. Returns whether it was serving.
-    pub async fn remove(&self, name: &str, origin: &str) -> bool {
+    /// `origin`'s source no longer offers `name`. If that source served it,
+    /// another source's version takes over, or else `name` stops serving new
+    /// claims (its last version stays to delete the volumes it made).
+    /// Returns whether it served from that source.
+    pub async fn remove(&self, name: &str, origin: &Origin) -> bool {
         let _one_at_a_time = self.reloading.lock().await;
+        let handover = {
+            let mut state = self.state.write().expect("registry lock");
+            if state.owners.get(name).is_some_and(|o| *o != origin.source) {
+                if state
+                    .contested
+                    .get(name)
+                    .is_some_and(|(o, _)| o.source == origin.source)
+                {
+                    state.contested.remove(name);
+                }
+                return false;
+            }
+            state.contested.remove(name)
+        };
+        if let Some((other, wasm)) = handover {
+            if let Reload::Loaded { .. } = self.load(name, wasm, &other).await {
+                tracing::warn!(plugin = name, from = %origin.source, to = %other.source, "plugin removed from its source; the version in another source serves now");
+                return true;
+            }
+        }
         let mut state = self.state.write().expect("registry lock");
         state.rejected.remove(name);
+        state.owners.remove(name);
         let Some(last) = state.serving.remove(name) else {
             return false;
         };
         let digest = last.plugin().digest().to_owned();
         state.removed.insert(name.to_owned(), last);
         drop(state);
-        tracing::warn!(plugin = name, %digest, origin, "plugin removed: its classes cannot provision until it is back; volumes it made can still be deleted");
+        tracing::warn!(plugin = name, %digest, %origin, "plugin removed: its classes cannot provision until it is back; volumes it made can still be deleted");
         self.metrics.plugin_reload(name, "removed");
         self.metrics.plugin_version(name, Some(&digest), None);
         true

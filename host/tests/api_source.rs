@@ -17,9 +17,10 @@ use support::*;
 use wasmprov::delivery::configmaps;
 use wasmprov::delivery::encoding::Encoding;
 use wasmprov::delivery::package::{self, PART_KEY, PLUGIN_LABEL};
+use wasmprov::delivery::PluginDir;
 use wasmprov::metrics::Metrics;
 use wasmprov::provisioner::Provisioner;
-use wasmprov::registry::PluginRegistry;
+use wasmprov::registry::{PluginRegistry, Reload};
 use wasmprov::runtime::{PolicySet, Runtime, RuntimeConfig};
 
 const NS: &str = "default";
@@ -499,6 +500,80 @@ async fn plugins_present_at_start_serve_when_start_returns() {
             ("hostpath".to_owned(), digest(&wasm))
         ]
     );
+}
+
+/// A plugin offered by a directory and by a ConfigMap: the source that
+/// serves it keeps it, the other's version is rejected with an event naming
+/// both, and it takes over (without a gap) once the first source drops it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_in_two_sources_is_served_from_one_and_handed_over() {
+    let h = Harness::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut plugins = PluginDir::new(dir.path());
+    let from_dir = hostpath_wasm();
+    let file = dir.path().join("hostpath.wasm");
+    std::fs::write(&file, &from_dir).unwrap();
+    plugins.sync(&h.registry).await.unwrap();
+    h.serves("hostpath", &digest(&from_dir)).await;
+
+    let from_api = variant(&from_dir, "configmap");
+    let packed = package::pack(
+        "hostpath",
+        &from_api,
+        Encoding::Zstd,
+        Some(NS),
+        package::DEFAULT_PART_SIZE,
+    )
+    .unwrap();
+    h.apply_all(&packed.config_maps).await;
+    let cm_name = package::config_map_name("hostpath");
+    let note = h
+        .event(&cm_name, configmaps::PLUGIN_REJECTED, "already served from")
+        .await;
+    for want in [
+        dir.path().to_str().unwrap(),
+        &format!("ConfigMap {NS}/{cm_name}"),
+        "Give each plugin one source",
+    ] {
+        assert!(note.contains(want), "{want:?} in {note}");
+    }
+    assert_eq!(h.serving("hostpath"), Some(digest(&from_dir)));
+
+    // The directory drops it: the ConfigMap's version serves at once.
+    std::fs::remove_file(&file).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let removed = loop {
+        let synced = plugins.sync(&h.registry).await.unwrap();
+        assert!(
+            h.serving("hostpath").is_some(),
+            "hostpath serves throughout"
+        );
+        if !synced.removed.is_empty() {
+            break synced.removed;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the directory never dropped hostpath"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(removed, ["hostpath"]);
+    assert_eq!(h.serving("hostpath"), Some(digest(&from_api)));
+
+    // Now the directory is the other source: its file is refused.
+    std::fs::write(&file, &from_dir).unwrap();
+    let synced = plugins.sync(&h.registry).await.unwrap();
+    assert!(
+        matches!(&synced.applied[..], [(_, Reload::Rejected { reason })] if reason.contains("already served from ConfigMaps")),
+        "{:?}",
+        synced.applied
+    );
+    assert_eq!(h.serving("hostpath"), Some(digest(&from_api)));
+    // Removing the file of a plugin it does not serve changes nothing.
+    std::fs::remove_file(&file).unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    plugins.sync(&h.registry).await.unwrap();
+    assert_eq!(h.serving("hostpath"), Some(digest(&from_api)));
 }
 
 /// A registry with no plugins yet, fed by the API source under test.

@@ -32,7 +32,7 @@ use tokio::sync::Notify;
 
 use super::encoding;
 use super::package::{self, Content, PLUGIN_LABEL};
-use crate::registry::{PluginRegistry, Reload};
+use crate::registry::{Origin, PluginRegistry, Reload};
 
 /// Event reason: a new version serves.
 pub const PLUGIN_LOADED: &str = "PluginLoaded";
@@ -262,14 +262,17 @@ impl Source {
             .collect();
         for name in gone {
             let tracked = self.tracked.remove(&name).expect("listed above");
-            let origin = format!(
-                "ConfigMap {}/{} (deleted)",
-                self.namespace,
-                if tracked.head.is_empty() {
-                    package::config_map_name(&name)
-                } else {
-                    tracked.head
-                }
+            let origin = Origin::new(
+                describe(&self.namespace),
+                format!(
+                    "ConfigMap {}/{} (deleted)",
+                    self.namespace,
+                    if tracked.head.is_empty() {
+                        package::config_map_name(&name)
+                    } else {
+                        tracked.head
+                    }
+                ),
             );
             self.registry.remove(&name, &origin).await;
         }
@@ -284,7 +287,10 @@ impl Source {
         by_name: &HashMap<&str, &ConfigMap>,
         applied: Option<String>,
     ) -> Option<String> {
-        let origin = format!("ConfigMap {}/{}", self.namespace, head.name_any());
+        let origin = Origin::new(
+            describe(&self.namespace),
+            format!("ConfigMap {}/{}", self.namespace, head.name_any()),
+        );
         let (encoding, bytes, sha256) = match package::read(name, head, |n| by_name.get(n).copied())
         {
             Content::Complete {

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use super::encoding::{self, Encoding};
 use super::package;
-use crate::registry::{PluginRegistry, Reload};
+use crate::registry::{Origin, PluginRegistry, Reload};
 
 /// How long a plugin must be missing from the directory before it is removed.
 pub const REMOVAL_GRACE: Duration = Duration::from_secs(1);
@@ -87,6 +87,11 @@ impl PluginDir {
         )
     }
 
+    /// This directory as a plugin source ([`Origin::source`]).
+    fn source(&self) -> String {
+        format!("directory {}", self.dir.display())
+    }
+
     /// Reads every file again on the next sync (e.g. after a policy change,
     /// when a version rejected before may now load).
     pub fn forget(&mut self) {
@@ -146,7 +151,7 @@ impl PluginDir {
                 continue;
             }
             self.seen.insert(name.clone(), (path.clone(), before));
-            let origin = path.display().to_string();
+            let origin = Origin::new(self.source(), path.display().to_string());
             let encoding = *encoding;
             let outcome =
                 match tokio::task::spawn_blocking(move || encoding::decode(encoding, bytes))
@@ -183,7 +188,8 @@ impl PluginDir {
                 continue;
             }
             let (path, _) = self.seen.remove(&name).expect("listed above");
-            if registry.remove(&name, &path.display().to_string()).await {
+            let origin = Origin::new(self.source(), path.display().to_string());
+            if registry.remove(&name, &origin).await {
                 synced.removed.push(name);
             }
         }

@@ -3,8 +3,9 @@
 //! directory), and labelled ConfigMaps read through the API. The registry
 //! validates each version before it serves.
 //!
-//! Give each plugin one source: a plugin found in both is replaced by
-//! whichever changed last, and removing it from one source removes it.
+//! Each plugin has one source: the one whose version serves it. A version of
+//! it in another source is rejected, said so (a log line, and an event on
+//! its ConfigMap), and takes over when the first source drops the plugin.
 //!
 //! [`PluginRegistry`]: crate::registry::PluginRegistry
 
