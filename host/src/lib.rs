@@ -8,6 +8,7 @@
 
 pub mod cli;
 pub mod delivery;
+pub mod events;
 pub mod leader;
 pub mod lifecycle;
 pub mod metrics;

@@ -11,13 +11,13 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Event};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
-use kube::runtime::events::Reporter;
 use kube::{Api, Client, ResourceExt};
 use support::*;
 use wasmprov::delivery::configmaps;
 use wasmprov::delivery::encoding::Encoding;
 use wasmprov::delivery::package::{self, PART_KEY, PLUGIN_LABEL};
 use wasmprov::delivery::PluginDir;
+use wasmprov::events::Reporter;
 use wasmprov::metrics::Metrics;
 use wasmprov::provisioner::Provisioner;
 use wasmprov::registry::{PluginRegistry, Reload};

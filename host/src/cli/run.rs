@@ -163,7 +163,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         // Not rate limited: a list, a watch, and an event per new version.
         client: election_client.clone(),
         namespace: args.plugins_namespace.clone().unwrap_or_else(pod_namespace),
-        reporter: kube::runtime::events::Reporter {
+        reporter: crate::events::Reporter {
             controller: config.controller_name.clone(),
             instance: args.identity.clone(),
         },

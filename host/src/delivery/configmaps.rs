@@ -25,13 +25,13 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::{reflector, watcher, WatchStreamExt};
 use kube::{Api, Client, Resource, ResourceExt};
 use tokio::sync::Notify;
 
 use super::encoding;
 use super::package::{self, Content, PLUGIN_LABEL};
+use crate::events::{Events, Reporter};
 use crate::registry::{Origin, PluginRegistry, Reload};
 
 /// Event reason: a new version serves.
@@ -40,6 +40,8 @@ pub const PLUGIN_LOADED: &str = "PluginLoaded";
 pub const PLUGIN_REJECTED: &str = "PluginRejected";
 /// Event reason: several ConfigMaps carry the same plugin.
 pub const PLUGIN_AMBIGUOUS: &str = "PluginAmbiguous";
+/// The action of every event on plugin ConfigMaps.
+const ACTION: &str = "LoadPlugin";
 
 /// How users should deliver plugins this way, for the registry's messages.
 pub fn describe(namespace: &str) -> String {
@@ -122,8 +124,7 @@ pub fn watch(
     let mut source = Source {
         namespace: namespace.to_owned(),
         registry,
-        client,
-        reporter,
+        events: Events::new(client, reporter),
         tracked: BTreeMap::new(),
         ignored: HashSet::new(),
     };
@@ -194,8 +195,7 @@ struct Tracked {
 struct Source {
     namespace: String,
     registry: Arc<PluginRegistry>,
-    client: Client,
-    reporter: Reporter,
+    events: Events,
     tracked: BTreeMap<String, Tracked>,
     /// ConfigMaps already warned about (bad label), by name and resourceVersion.
     ignored: HashSet<(String, String)>,
@@ -331,7 +331,8 @@ impl Source {
                     Some(old) => format!("plugin {name} version {digest} serves, replacing {old}"),
                     None => format!("plugin {name} version {digest} serves"),
                 };
-                self.event(head, EventType::Normal, PLUGIN_LOADED, note)
+                self.events
+                    .normal(&head.object_ref(&()), PLUGIN_LOADED, ACTION, note)
                     .await;
             }
             Reload::Unchanged => {}
@@ -353,7 +354,8 @@ impl Source {
             Some(old) => format!("{reason}; version {old} keeps serving"),
             None => reason.to_owned(),
         };
-        self.event(head, EventType::Warning, PLUGIN_REJECTED, note)
+        self.events
+            .warning(&head.object_ref(&()), PLUGIN_REJECTED, ACTION, note)
             .await;
     }
 
@@ -365,27 +367,14 @@ impl Source {
         );
         tracing::error!(plugin = name, namespace = %self.namespace, "{note}");
         for head in heads {
-            self.event(head, EventType::Warning, PLUGIN_AMBIGUOUS, note.clone())
+            self.events
+                .warning(
+                    &head.object_ref(&()),
+                    PLUGIN_AMBIGUOUS,
+                    ACTION,
+                    note.clone(),
+                )
                 .await;
-        }
-    }
-
-    /// Publishes an event on `cm`; failing to is logged, never fatal.
-    async fn event(&self, cm: &ConfigMap, type_: EventType, reason: &str, note: String) {
-        let event = Event {
-            type_,
-            reason: reason.to_owned(),
-            // The API server refuses notes over 1 KiB.
-            note: Some(crate::text::truncate(&note, 1000).into_owned()),
-            action: "LoadPlugin".to_owned(),
-            secondary: None,
-        };
-        // A fresh recorder each time: kube's recorder folds repeated events
-        // with the same reason into a series that keeps the *first* note,
-        // and each rejection has its own reason text.
-        let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
-        if let Err(e) = recorder.publish(&event, &cm.object_ref(&())).await {
-            tracing::warn!(reason, configmap = %cm.name_any(), namespace = %self.namespace, "cannot publish event: {e} (the host needs create on events.k8s.io events in namespace {})", self.namespace);
         }
     }
 }

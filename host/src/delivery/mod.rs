@@ -45,7 +45,7 @@ pub struct ConfigMapsSource {
     pub client: kube::Client,
     pub namespace: String,
     /// Names the host in the Events on plugin ConfigMaps.
-    pub reporter: kube::runtime::events::Reporter,
+    pub reporter: crate::events::Reporter,
     /// How long to wait at start for the plugins already there.
     pub initial_timeout: std::time::Duration,
 }

@@ -13,9 +13,9 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 
 use super::decide::{self, keys, ClaimDecision};
-use super::events::{self, *};
 use super::finalizers;
 use super::in_progress::{self, Finish};
+use super::reasons::*;
 use super::{retry_after, AfterFailure, Context, Error};
 use crate::metrics::Metrics;
 use crate::provisioner::{ProvisionOptions, ProvisionState, Provisioner};
@@ -362,7 +362,7 @@ async fn provision_failed<P: Provisioner>(
             ctx.events
                 .warning(
                     &reference,
-                    events::PROVISIONING_FAILED,
+                    PROVISIONING_FAILED,
                     "Provisioning",
                     message.clone(),
                 )

@@ -9,9 +9,9 @@
 
 mod claims;
 pub mod decide;
-mod events;
 mod finalizers;
 mod in_progress;
+mod reasons;
 pub mod throttle;
 mod volumes;
 
@@ -28,10 +28,10 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client};
 
+use crate::events::{Events, Reporter};
 use crate::metrics::Metrics;
 use crate::provisioner::Provisioner;
 pub use decide::Names;
-use events::{Events, Reporter};
 pub use throttle::ApiLimits;
 
 /// How the lifecycle behaves; the defaults follow the Go library.

@@ -10,8 +10,8 @@ use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 
 use super::decide::{self, keys, VolumeDecision};
-use super::events::VOLUME_FAILED_DELETE;
 use super::finalizers;
+use super::reasons::VOLUME_FAILED_DELETE;
 use super::{AfterFailure, Context, Error};
 use crate::metrics::Metrics;
 use crate::provisioner::{DeleteState, Provisioner};

@@ -1,5 +1,5 @@
-//! Events on claims and volumes, with the Go library's reasons so existing
-//! alerts and `kubectl describe` habits keep working.
+//! Publishing events (events.k8s.io/v1): the lifecycle's on claims and
+//! volumes, the plugin source's on ConfigMaps.
 //!
 //! Repeats of an event become a series (one object whose count grows), as
 //! with kube-runtime's `Recorder`, but only when the note is the same too:
@@ -19,12 +19,6 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 
-pub const PROVISIONING: &str = "Provisioning";
-pub const PROVISIONING_SUCCEEDED: &str = "ProvisioningSucceeded";
-pub const PROVISIONING_FAILED: &str = "ProvisioningFailed";
-pub const PROVISIONING_CLEANUP_FAILED: &str = "ProvisioningCleanupFailed";
-pub const VOLUME_FAILED_DELETE: &str = "VolumeFailedDelete";
-
 /// How long a published event can still grow into a series (kube-runtime's
 /// and client-go's value).
 const SERIES_TTL: Duration = Duration::from_secs(6 * 60);
@@ -34,6 +28,16 @@ const SERIES_TTL: Duration = Duration::from_secs(6 * 60);
 pub struct Reporter {
     pub controller: String,
     pub instance: Option<String>,
+}
+
+impl From<&str> for Reporter {
+    /// A reporter with no instance name.
+    fn from(controller: &str) -> Self {
+        Self {
+            controller: controller.to_owned(),
+            instance: None,
+        }
+    }
 }
 
 /// What makes two events the same series.
@@ -119,7 +123,7 @@ impl Events {
             note: note.clone(),
         };
         if let Err(e) = self.send(object, key, note).await {
-            tracing::warn!(reason, object = ?object.name, error = %e, "cannot publish event");
+            tracing::warn!(reason, object = ?object.name, namespace = ?object.namespace, error = %e, "cannot publish event (the host needs create and patch on events.k8s.io events)");
         }
     }
 

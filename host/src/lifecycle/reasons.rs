@@ -1,0 +1,8 @@
+//! Event reasons, the Go library's, so existing alerts and `kubectl
+//! describe` habits keep working.
+
+pub const PROVISIONING: &str = "Provisioning";
+pub const PROVISIONING_SUCCEEDED: &str = "ProvisioningSucceeded";
+pub const PROVISIONING_FAILED: &str = "ProvisioningFailed";
+pub const PROVISIONING_CLEANUP_FAILED: &str = "ProvisioningCleanupFailed";
+pub const VOLUME_FAILED_DELETE: &str = "VolumeFailedDelete";
