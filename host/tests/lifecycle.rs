@@ -186,6 +186,35 @@ impl Cluster {
         .await;
     }
 
+    async fn no_volumes(&self) -> bool {
+        let list = self.volumes().list(&ListParams::default()).await.unwrap();
+        list.items.is_empty()
+    }
+
+    /// A claim on class `async`, whose backend (misbehave's `slow-create`)
+    /// answers in-background until asked `attempts` times. Returns the
+    /// backend's files: its attempts so far, and the mark it leaves when
+    /// the storage is deleted.
+    async fn slowly_created_claim(&self, name: &str, attempts: usize) -> (PathBuf, PathBuf) {
+        self.class(
+            "async",
+            &[
+                ("plugin", "misbehave"),
+                ("behavior", "slow-create"),
+                ("attempts", &attempts.to_string()),
+            ],
+            serde_json::json!({}),
+        )
+        .await;
+        self.claim(name, "async", serde_json::json!({})).await;
+        let uid = self.claims().get(name).await.unwrap().uid().unwrap();
+        let dir = self.volumes_dir.path();
+        (
+            dir.join(format!("pvc-{uid}.attempts")),
+            dir.join(format!("pvc-{uid}.deleted")),
+        )
+    }
+
     async fn events_for(&self, name: &str) -> Vec<Event> {
         Api::<Event>::namespaced(self.client.clone(), "default")
             .list(&ListParams::default())
@@ -472,13 +501,7 @@ async fn block_mode_is_refused_for_a_plugin_without_block_support() {
         "does not support volumeMode Block",
     )
     .await;
-    assert!(c
-        .volumes()
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .is_empty());
+    assert!(c.no_volumes().await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -665,20 +688,7 @@ async fn every_claim_is_bound_exactly_once_despite_api_faults() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_deleted_while_its_storage_is_being_created_leaves_nothing_behind() {
     let c = Cluster::start(&[misbehave()]).await;
-    c.class(
-        "async",
-        &[
-            ("plugin", "misbehave"),
-            ("behavior", "slow-create"),
-            ("attempts", "4"),
-        ],
-        serde_json::json!({}),
-    )
-    .await;
-    c.claim("data", "async", serde_json::json!({})).await;
-    let uid = c.claims().get("data").await.unwrap().uid().unwrap();
-    let attempts = c.volumes_dir.path().join(format!("pvc-{uid}.attempts"));
-    let deleted = c.volumes_dir.path().join(format!("pvc-{uid}.deleted"));
+    let (attempts, deleted) = c.slowly_created_claim("data", 4).await;
     eventually("the backend started creating", || async {
         attempts.exists().then_some(())
     })
@@ -697,13 +707,7 @@ async fn a_claim_deleted_while_its_storage_is_being_created_leaves_nothing_behin
         "xxxx",
         "asked until it finished"
     );
-    assert!(c
-        .volumes()
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .is_empty());
+    assert!(c.no_volumes().await);
 }
 
 /// With `--claim-finalizer`, a claim deleted while its backend is still
@@ -727,20 +731,7 @@ async fn with_the_claim_finalizer_a_deleted_claim_waits_until_its_storage_is_rem
     c.delete_claim("quick").await;
     c.volume_gone(&pv.name_any()).await;
 
-    c.class(
-        "async",
-        &[
-            ("plugin", "misbehave"),
-            ("behavior", "slow-create"),
-            ("attempts", "6"),
-        ],
-        serde_json::json!({}),
-    )
-    .await;
-    c.claim("data", "async", serde_json::json!({})).await;
-    let uid = c.claims().get("data").await.unwrap().uid().unwrap();
-    let attempts = c.volumes_dir.path().join(format!("pvc-{uid}.attempts"));
-    let deleted = c.volumes_dir.path().join(format!("pvc-{uid}.deleted"));
+    let (attempts, deleted) = c.slowly_created_claim("data", 6).await;
     c.event("data", "ProvisioningFailed", "still creating")
         .await;
     assert!(c
@@ -768,13 +759,7 @@ async fn with_the_claim_finalizer_a_deleted_claim_waits_until_its_storage_is_rem
     .await;
     assert!(deleted.exists(), "its storage was removed first");
     assert_eq!(std::fs::read_to_string(&attempts).unwrap(), "xxxxxx");
-    assert!(c
-        .volumes()
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .is_empty());
+    assert!(c.no_volumes().await);
 }
 
 /// With `--add-finalizer`, deleting a volume object does not lose its
@@ -1231,11 +1216,5 @@ async fn with_the_claim_finalizer_a_claim_deleted_while_the_host_is_down_leaves_
         0,
         "the storage made for the deleted claim is removed"
     );
-    assert!(c
-        .volumes()
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .is_empty());
+    assert!(c.no_volumes().await);
 }

@@ -139,8 +139,12 @@ pub struct RunArgs {
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let kube_config = match &args.kubeconfig {
         Some(path) => {
-            let kubeconfig = kube::config::Kubeconfig::read_from(path)
+            // Read it here: kube's own error repeats its cause and quotes the path twice.
+            let text = std::fs::read_to_string(path)
                 .with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
+            let kubeconfig = kube::config::Kubeconfig::from_yaml(&text).with_context(|| {
+                format!("kubeconfig {} is not a valid kubeconfig", path.display())
+            })?;
             kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
                 .await
                 .with_context(|| format!("kubeconfig {} is not usable", path.display()))?

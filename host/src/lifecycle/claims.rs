@@ -304,14 +304,17 @@ async fn provision<P: Provisioner>(
             match ctx.provisioner.delete(plugin, &pv).await {
                 Ok(()) => release_or_log(&claim_now, ctx).await,
                 Err(e) => {
+                    let message = format!(
+                        "Volume {pv_name} could not be saved and deleting its storage failed too; it may have leaked: {e}"
+                    );
                     ctx.events
-                    .warning(
-                        &reference,
-                        PROVISIONING_CLEANUP_FAILED,
-                        "Provisioning",
-                        format!("Volume {pv_name} could not be saved and deleting its storage failed too; it may have leaked: {e}"),
-                    )
-                    .await;
+                        .warning(
+                            &reference,
+                            PROVISIONING_CLEANUP_FAILED,
+                            "Provisioning",
+                            message,
+                        )
+                        .await;
                 }
             }
             let message = format!("failed to save PersistentVolume {pv_name}: {save_error}");

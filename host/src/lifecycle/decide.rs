@@ -63,6 +63,16 @@ pub fn claim(
     plugin: impl Fn(&str) -> Result<PluginInfo, String>,
 ) -> ClaimDecision {
     let spec = claim.spec.as_ref();
+    let annotations = claim.metadata.annotations.as_ref();
+    let provisioner = annotations.and_then(|a| {
+        a.get(keys::STORAGE_PROVISIONER)
+            .or_else(|| a.get(keys::STORAGE_PROVISIONER_BETA))
+    });
+    // Another wasmprov host (another provisioner name) uses the same claim
+    // finalizer: the annotation says whose claim it is, always.
+    if !provisioner.is_some_and(|p| names.contains(p)) {
+        return ClaimDecision::Ignore;
+    }
     let held = claim
         .metadata
         .finalizers
@@ -81,15 +91,6 @@ pub fn claim(
     }
     let deleting = claim.metadata.deletion_timestamp.is_some();
     if deleting && !held {
-        return ClaimDecision::Ignore;
-    }
-    let annotations = claim.metadata.annotations.as_ref();
-    let provisioner = annotations.and_then(|a| {
-        a.get(keys::STORAGE_PROVISIONER)
-            .or_else(|| a.get(keys::STORAGE_PROVISIONER_BETA))
-    });
-    // Only this host adds its finalizer: a claim carrying it is ours.
-    if !held && !provisioner.is_some_and(|p| names.contains(p)) {
         return ClaimDecision::Ignore;
     }
     let class_name = spec
@@ -389,16 +390,24 @@ mod tests {
                 },
             ),
             (
-                "deleted mid-provision, even once another provisioner is named",
+                "another wasmprov host's claim is its own to finish",
                 pvc(
                     json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z",
                     "finalizers": ["wasmprov.io/provisioning"],
                     "annotations": {"volume.kubernetes.io/storage-provisioner": "other.example.com"}}}),
                 ),
                 Some(sc(json!({}))),
-                FinishDeleted {
-                    plugin: "hostpath".into(),
-                },
+                Ignore,
+            ),
+            (
+                "and so is its bound claim",
+                pvc(
+                    json!({"metadata": {"finalizers": ["wasmprov.io/provisioning"],
+                    "annotations": {"volume.kubernetes.io/storage-provisioner": "other.example.com"}},
+                    "spec": {"volumeName": "pvc-u1"}}),
+                ),
+                Some(sc(json!({}))),
+                Ignore,
             ),
             (
                 "deleted mid-provision on a WaitForFirstConsumer class without a node",

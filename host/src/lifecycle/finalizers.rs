@@ -32,10 +32,7 @@ where
             {"op": "test", "path": "/metadata/resourceVersion", "value": current.resource_version()},
             {"op": "add", "path": "/metadata/finalizers", "value": finalizers},
         ]);
-        match api
-            .patch(&current.name_any(), &PatchParams::default(), &json(patch)?)
-            .await
-        {
+        match json_patch(api, &current, patch).await {
             Err(kube::Error::Api(s)) if s.code == 422 && attempt < ATTEMPTS => {
                 current = api.get(&current.name_any()).await?;
             }
@@ -61,10 +58,7 @@ where
             {"op": "test", "path": format!("/metadata/finalizers/{index}"), "value": finalizer},
             {"op": "remove", "path": format!("/metadata/finalizers/{index}")},
         ]);
-        match api
-            .patch(&current.name_any(), &PatchParams::default(), &json(patch)?)
-            .await
-        {
+        match json_patch(api, &current, patch).await {
             Ok(_) => return Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
             Err(kube::Error::Api(s)) if s.code == 422 && attempt < ATTEMPTS => {
@@ -78,8 +72,12 @@ where
     }
 }
 
-fn json(patch: serde_json::Value) -> Result<Patch<()>, kube::Error> {
-    let patch: json_patch::Patch =
-        serde_json::from_value(patch).map_err(kube::Error::SerdeError)?;
-    Ok(Patch::Json(patch))
+async fn json_patch<K>(api: &Api<K>, obj: &K, ops: serde_json::Value) -> Result<K, kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let ops: json_patch::Patch = serde_json::from_value(ops).map_err(kube::Error::SerdeError)?;
+    let patch = Patch::Json::<()>(ops);
+    api.patch(&obj.name_any(), &PatchParams::default(), &patch)
+        .await
 }
