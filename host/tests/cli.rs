@@ -271,28 +271,47 @@ fn check_refuses_built_components_of_another_world_or_contract_version() {
     }
 }
 
+/// A mistake in the policy is reported once, with the file, the field's path
+/// and (for a field the parser does not know) its line and column.
 #[test]
 fn a_bad_policy_file_is_reported_with_the_field_to_fix() {
     let hostpath = plugin_path("hostpath");
     let dir = tempfile::tempdir().unwrap();
-    let policy = write(
-        dir.path(),
-        "policy.yaml",
-        "plugins:\n  hostpath:\n    timeout: soon\n",
-    );
-    let out = wasmprov(&[
-        "plugin",
-        "check",
-        hostpath.to_str().unwrap(),
-        "--policy",
-        &policy,
-    ]);
-    assert!(!out.status.success());
-    let err = stderr(&out);
-    assert!(
-        err.contains(&policy) && err.contains("plugins.hostpath.timeout"),
-        "{err}"
-    );
+    let cases = [
+        (
+            "timeout: soon",
+            "plugins.hostpath.timeout: \"soon\" is not a duration",
+        ),
+        (
+            "memoryLimt: 1Gi",
+            "plugins.hostpath: unknown field `memoryLimt`, expected one of `memoryLimit`",
+        ),
+    ];
+    for (line, want) in cases {
+        let policy = write(
+            dir.path(),
+            "policy.yaml",
+            &format!("plugins:\n  hostpath:\n    {line}\n"),
+        );
+        let out = wasmprov(&[
+            "plugin",
+            "check",
+            hostpath.to_str().unwrap(),
+            "--policy",
+            &policy,
+        ]);
+        assert!(!out.status.success());
+        let err = stderr(&out);
+        assert!(err.contains(&policy), "{line}: names the file: {err}");
+        assert_eq!(err.matches(want).count(), 1, "{line}: said once: {err}");
+        if line.starts_with("memoryLimt") {
+            assert_eq!(
+                err.matches("at line 3 column 5").count(),
+                1,
+                "{line}: {err}"
+            );
+        }
+    }
 }
 
 /// The README's main command: the whole system on the simulated cluster.

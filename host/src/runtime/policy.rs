@@ -35,17 +35,22 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_MAX_CONCURRENT_CALLS: usize = 4;
 
 /// A policy file that cannot be used. Nothing of it is applied.
+///
+/// Each message is complete on its own (the underlying error, with its field
+/// path and line, is part of it), so the underlying error is deliberately not
+/// also the error's `source()`: a report that prints the chain (`{:#}`)
+/// would say it twice.
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
-    #[error("cannot read sandbox policy {path}: {source}")]
+    #[error("cannot read sandbox policy {path}: {error}")]
     Read {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
-    #[error("sandbox policy {path} is not valid: {source}")]
+    #[error("sandbox policy {path} is not valid: {error}")]
     Parse {
         path: PathBuf,
-        source: serde_yaml::Error,
+        error: serde_yaml::Error,
     },
     #[error("sandbox policy {path}: {field}: {message}")]
     Invalid {
@@ -113,9 +118,9 @@ pub struct PolicySet {
 impl PolicySet {
     /// Reads and validates a policy file.
     pub fn load(path: &Path) -> Result<Self, PolicyError> {
-        let text = std::fs::read_to_string(path).map_err(|source| PolicyError::Read {
+        let text = std::fs::read_to_string(path).map_err(|error| PolicyError::Read {
             path: path.to_owned(),
-            source,
+            error,
         })?;
         Self::parse(&text, path)
     }
@@ -125,9 +130,9 @@ impl PolicySet {
         let file: PolicyFile = if text.trim().is_empty() {
             PolicyFile::default()
         } else {
-            serde_yaml::from_str(text).map_err(|source| PolicyError::Parse {
+            serde_yaml::from_str(text).map_err(|error| PolicyError::Parse {
                 path: origin.to_owned(),
-                source,
+                error,
             })?
         };
         let invalid = |field: String, message: String| PolicyError::Invalid {
@@ -389,6 +394,22 @@ mod tests {
             let err = parse(yaml).expect_err(yaml).to_string();
             assert!(err.contains("policy.yaml"), "{err}");
             assert!(err.contains(want), "{yaml}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_report_of_the_whole_chain_says_each_mistake_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing.yaml");
+        for (err, want) in [
+            (
+                parse("plugins: {a: {memoryLimt: 1Gi}}").unwrap_err(),
+                "unknown field `memoryLimt`",
+            ),
+            (PolicySet::load(&missing).unwrap_err(), "No such file"),
+        ] {
+            let report = format!("{:#}", anyhow::Error::from(err));
+            assert_eq!(report.matches(want).count(), 1, "{report}");
         }
     }
 }
