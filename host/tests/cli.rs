@@ -198,6 +198,31 @@ fn invoke_names_the_file_when_a_manifest_is_of_the_wrong_kind() {
     );
 }
 
+/// Global options are listed under their own heading, after the command's own.
+#[test]
+fn help_lists_the_logging_options_after_the_command_s_own() {
+    for (command, own) in [
+        (&["run", "--help"][..], "--plugins-dir"),
+        (&["plugin", "invoke", "--help"][..], "--class"),
+    ] {
+        let out = wasmprov(command);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let help = stdout(&out);
+        let at = |what: &str| {
+            help.find(what)
+                .unwrap_or_else(|| panic!("{command:?}: no {what:?} in:\n{help}"))
+        };
+        let logging = at("\nLogging:\n");
+        assert!(at("\nOptions:\n") < logging, "{help}");
+        assert!(
+            at(own) < logging,
+            "{command:?}: {own} after Logging:\n{help}"
+        );
+        assert!(at("--log-format <") > logging, "{command:?}:\n{help}");
+        assert!(at("--log <") > logging, "{command:?}:\n{help}");
+    }
+}
+
 #[test]
 fn check_describes_a_good_plugin() {
     let hostpath = plugin_path("hostpath");

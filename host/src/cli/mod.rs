@@ -33,7 +33,10 @@ pub enum Command {
     Plugin(plugin::PluginCommand),
 }
 
+/// Options of every command, listed after each subcommand's own options
+/// under their own heading in `--help`.
 #[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Logging")]
 pub struct LogArgs {
     /// Log format on stderr.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "WASMPROV_LOG_FORMAT")]
