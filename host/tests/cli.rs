@@ -177,25 +177,56 @@ fn invoke_reports_an_invalid_claim_with_a_non_zero_exit() {
     );
 }
 
+/// Every manifest flag, given a file of another kind, names the flag, the
+/// file, the kind it holds and the kind it expects.
 #[test]
-fn invoke_names_the_file_when_a_manifest_is_of_the_wrong_kind() {
+fn every_manifest_flag_names_the_file_and_the_kinds_found_and_expected() {
     let hostpath = plugin_path("hostpath");
+    let hostpath = hostpath.to_str().unwrap();
     let s = sample("1Gi");
-    let out = wasmprov(&[
-        "plugin",
-        "invoke",
-        hostpath.to_str().unwrap(),
-        "--class",
-        &s.pvc,
-        "--pvc",
-        &s.pvc,
-    ]);
-    assert!(!out.status.success());
-    let err = stderr(&out);
-    assert!(
-        err.contains(&s.pvc) && err.contains("StorageClass"),
-        "{err}"
-    );
+    let (class, pvc) = (s.class.as_str(), s.pvc.as_str());
+    let cases: [(Vec<&str>, &str, &str, &str, &str); 4] = [
+        (
+            vec!["invoke", "--class", pvc, "--pvc", pvc],
+            "--class",
+            pvc,
+            "PersistentVolumeClaim",
+            "StorageClass",
+        ),
+        (
+            vec!["invoke", "--class", class, "--pvc", class],
+            "--pvc",
+            class,
+            "StorageClass",
+            "PersistentVolumeClaim",
+        ),
+        (
+            vec!["invoke", "--class", class, "--pvc", pvc, "--node", class],
+            "--node",
+            class,
+            "StorageClass",
+            "Node",
+        ),
+        (
+            vec!["delete", "--pv", pvc],
+            "--pv",
+            pvc,
+            "PersistentVolumeClaim",
+            "PersistentVolume",
+        ),
+    ];
+    for (args, flag, file, found, expected) in cases {
+        let mut argv = vec!["plugin", args[0], hostpath];
+        argv.extend_from_slice(&args[1..]);
+        let out = wasmprov(&argv);
+        assert!(!out.status.success(), "{flag}: accepted");
+        assert!(stdout(&out).is_empty(), "{flag}: printed something");
+        let err = stderr(&out);
+        let want = format!(
+            "{file} (given to {flag}) holds a {found}, but {flag} expects a {expected} (apiVersion: "
+        );
+        assert!(err.contains(&want), "{flag}: want {want:?} in:\n{err}");
+    }
 }
 
 /// Global options are listed under their own heading, after the command's own.

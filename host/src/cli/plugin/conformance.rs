@@ -108,12 +108,12 @@ struct Suite {
 
 pub async fn test(args: TestArgs) -> anyhow::Result<ExitCode> {
     let class = match &args.class {
-        Some(path) => read_object(path, "StorageClass")?,
+        Some(path) => read_object(path, "--class")?,
         None => default_class(),
     };
     let waits_for_consumer = class.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer");
     let node = match &args.node {
-        Some(path) => Some(read_object::<Node>(path, "Node")?),
+        Some(path) => Some(read_object::<Node>(path, "--node")?),
         None if waits_for_consumer => Some(default_node()),
         None => None,
     };

@@ -9,6 +9,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::Resource;
 use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
 
@@ -149,12 +150,34 @@ async fn load(args: &PluginFile) -> anyhow::Result<Loaded> {
     })
 }
 
-fn read_object<T: DeserializeOwned>(path: &Path, what: &str) -> anyhow::Result<T> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read the {what} file {}", path.display()))?;
+/// Reads the object of kind `T` that the file given to `flag` holds; an
+/// error names the flag, the file, the kind it holds and the kind expected.
+fn read_object<T: Resource + DeserializeOwned>(path: &Path, flag: &str) -> anyhow::Result<T> {
+    let (kind, api_version) = (T::KIND, T::API_VERSION);
+    let text = std::fs::read_to_string(path).with_context(|| {
+        format!(
+            "cannot read the {kind} file {} given to {flag}",
+            path.display()
+        )
+    })?;
+    // An object of another kind: say so, rather than what deserialising it
+    // as `T` trips over first (often only its apiVersion).
+    let value = serde_yaml::from_str::<serde_yaml::Value>(&text).ok();
+    if let Some(found) = value
+        .as_ref()
+        .and_then(|v| v.get("kind"))
+        .and_then(|k| k.as_str())
+        .filter(|found| *found != kind)
+    {
+        anyhow::bail!(
+            "{} (given to {flag}) holds a {found}, but {flag} expects a {kind} \
+             (apiVersion: {api_version}, kind: {kind})",
+            path.display()
+        );
+    }
     serde_yaml::from_str(&text).with_context(|| {
         format!(
-            "{} is not a valid {what} manifest (YAML or JSON, one object)",
+            "{} (given to {flag}) is not a valid {kind} manifest (YAML or JSON, one object)",
             path.display()
         )
     })
@@ -195,12 +218,12 @@ async fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn invoke(args: InvokeArgs) -> anyhow::Result<ExitCode> {
-    let class: StorageClass = read_object(&args.class, "StorageClass")?;
-    let mut claim: PersistentVolumeClaim = read_object(&args.pvc, "PersistentVolumeClaim")?;
+    let class: StorageClass = read_object(&args.class, "--class")?;
+    let mut claim: PersistentVolumeClaim = read_object(&args.pvc, "--pvc")?;
     let node: Option<Node> = args
         .node
         .as_deref()
-        .map(|p| read_object(p, "Node"))
+        .map(|p| read_object(p, "--node"))
         .transpose()?;
     let namespace = claim
         .metadata
@@ -255,7 +278,7 @@ async fn invoke(args: InvokeArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn delete(args: DeleteArgs) -> anyhow::Result<ExitCode> {
-    let pv: PersistentVolume = read_object(&args.pv, "PersistentVolume")?;
+    let pv: PersistentVolume = read_object(&args.pv, "--pv")?;
     let loaded = load(&args.plugin).await?;
     let name = pv.metadata.name.clone().unwrap_or_default();
     match loaded.provisioner.delete(&pv).await {
