@@ -80,6 +80,23 @@ fn sample(size: &str) -> Sample {
     }
 }
 
+/// `plugin invoke` of the hostpath plugin for the sample claim, with `class`
+/// and any further arguments.
+fn invoke(s: &Sample, class: &str, more: &[&str]) -> Output {
+    let hostpath = plugin_path("hostpath");
+    let mut args = vec![
+        "plugin",
+        "invoke",
+        hostpath.to_str().unwrap(),
+        "--class",
+        class,
+        "--pvc",
+        &s.pvc,
+    ];
+    args.extend_from_slice(more);
+    wasmprov(&args)
+}
+
 #[test]
 fn invoke_prints_the_persistent_volume_and_is_idempotent_then_delete_removes_it() {
     let hostpath = plugin_path("hostpath");
@@ -227,6 +244,65 @@ fn every_manifest_flag_names_the_file_and_the_kinds_found_and_expected() {
         );
         assert!(err.contains(&want), "{flag}: want {want:?} in:\n{err}");
     }
+}
+
+/// Without --policy a plugin sees no directories; its own hint ("does the
+/// sandbox policy preopen ...?") cannot know that no policy was given, so the
+/// command says so and how to give one.
+#[test]
+fn without_a_policy_invoke_and_delete_say_that_none_was_given() {
+    let hostpath = plugin_path("hostpath");
+    let s = sample("1Gi");
+    let note =
+        "note: no sandbox policy was given (--policy), so plugin hostpath ran with no directories";
+    let example = "`--policy deploy/examples/policy.yaml`";
+
+    let out = invoke(&s, &s.class, &[]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.contains(note) && err.contains(example), "{err}");
+
+    let made = invoke(&s, &s.class, &["--policy", &s.policy]);
+    assert!(made.status.success(), "{}", stderr(&made));
+    let pv = write(s.dir.path(), "pv.yaml", &stdout(&made));
+    let delete = |more: &[&str]| {
+        let mut args = vec!["plugin", "delete", hostpath.to_str().unwrap(), "--pv", &pv];
+        args.extend_from_slice(more);
+        wasmprov(&args)
+    };
+    let out = delete(&[]);
+    assert!(
+        !out.status.success(),
+        "deleted without seeing the directory"
+    );
+    let err = stderr(&out);
+    assert!(err.contains(note) && err.contains(example), "{err}");
+
+    // A policy without an entry for the plugin: the same, naming the policy.
+    let unrelated = write(s.dir.path(), "unrelated.yaml", "plugins:\n  other: {}\n");
+    let out = delete(&["--policy", &unrelated]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!(
+            "note: sandbox policy {unrelated} has no entry plugins.hostpath, so plugin hostpath ran with the defaults: no directories"
+        )) && err.contains("(entries: other)"),
+        "{err}"
+    );
+
+    // With the policy all is well and nothing is noted.
+    let out = delete(&["--policy", &s.policy]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("note:"), "{}", stderr(&out));
+
+    // An invalid request is not the sandbox's doing: no note.
+    let zero = sample("0");
+    let out = invoke(&zero, &zero.class, &[]);
+    let err = stderr(&out);
+    assert!(
+        err.contains("invalid-argument") && !err.contains("note:"),
+        "{err}"
+    );
 }
 
 /// Global options are listed under their own heading, after the command's own.

@@ -17,7 +17,7 @@ mod conformance;
 mod pack;
 
 use super::RuntimeArgs;
-use crate::provisioner::ProvisionOptions;
+use crate::provisioner::{ProvisionOptions, ProvisionState};
 use crate::runtime::{CacheOutcome, PolicySet, Runtime, RuntimeConfig};
 use crate::wasm_provisioner::WasmProvisioner;
 
@@ -97,6 +97,18 @@ pub async fn run(cmd: PluginCommand) -> anyhow::Result<ExitCode> {
 struct Loaded {
     _runtime: Runtime,
     provisioner: WasmProvisioner,
+    /// Why the plugin runs with no directories, when the command line is the
+    /// reason (no `--policy`, or no entry for this plugin in it). Said after
+    /// a failed call: the plugin's own message cannot know about flags.
+    sandbox_note: Option<String>,
+}
+
+impl Loaded {
+    fn print_sandbox_note(&self) {
+        if let Some(note) = &self.sandbox_note {
+            eprintln!("note: {note}");
+        }
+    }
 }
 
 fn plugin_name(args: &PluginFile) -> anyhow::Result<String> {
@@ -147,7 +159,33 @@ async fn load(args: &PluginFile) -> anyhow::Result<Loaded> {
     Ok(Loaded {
         _runtime: runtime,
         provisioner: WasmProvisioner::new(Arc::new(plugin)),
+        sandbox_note: sandbox_note(args.runtime.policy.as_deref(), &policies, &name),
     })
+}
+
+/// Why plugin `name` gets no directories from the command line, if it does.
+fn sandbox_note(policy: Option<&Path>, policies: &PolicySet, name: &str) -> Option<String> {
+    let Some(path) = policy else {
+        return Some(format!(
+            "no sandbox policy was given (--policy), so plugin {name} ran with no directories \
+             and no network; pass a policy that preopens the directories it uses, e.g. \
+             `--policy deploy/examples/policy.yaml`"
+        ));
+    };
+    if policies.plugin_names().any(|n| n == name) {
+        return None;
+    }
+    let entries = policies.plugin_names().collect::<Vec<_>>().join(", ");
+    Some(format!(
+        "sandbox policy {} has no entry plugins.{name}, so plugin {name} ran with the defaults: \
+         no directories and no network; add that entry, or pass --name to use another ({})",
+        path.display(),
+        if entries.is_empty() {
+            "the policy has no plugin entries".to_owned()
+        } else {
+            format!("entries: {entries}")
+        }
+    ))
 }
 
 /// Reads the object of kind `T` that the file given to `flag` holds; an
@@ -272,6 +310,11 @@ async fn invoke(args: InvokeArgs) -> anyhow::Result<ExitCode> {
                 state_name(e.state),
                 e.message
             );
+            // An invalid request is the class's or claim's fault, whatever
+            // the sandbox.
+            if e.state != ProvisionState::InvalidArgument {
+                loaded.print_sandbox_note();
+            }
             Ok(ExitCode::FAILURE)
         }
     }
@@ -288,13 +331,14 @@ async fn delete(args: DeleteArgs) -> anyhow::Result<ExitCode> {
         }
         Err(e) => {
             eprintln!("error: {}", e.message);
+            loaded.print_sandbox_note();
             Ok(ExitCode::FAILURE)
         }
     }
 }
 
-fn state_name(state: crate::provisioner::ProvisionState) -> &'static str {
-    use crate::provisioner::ProvisionState as S;
+fn state_name(state: ProvisionState) -> &'static str {
+    use ProvisionState as S;
     match state {
         S::Failed => "failed",
         S::InBackground => "in-background",
