@@ -80,6 +80,15 @@ fn sample(size: &str) -> Sample {
     }
 }
 
+impl Sample {
+    /// A copy of the sample class with `from` replaced by `to`, in `file`.
+    fn class_with(&self, file: &str, from: &str, to: &str) -> String {
+        let text = std::fs::read_to_string(&self.class).unwrap();
+        assert!(text.contains(from), "{from:?} not in the sample class");
+        write(self.dir.path(), file, &text.replace(from, to))
+    }
+}
+
 /// `plugin invoke` of the hostpath plugin for the sample claim, with `class`
 /// and any further arguments.
 fn invoke(s: &Sample, class: &str, more: &[&str]) -> Output {
@@ -244,6 +253,83 @@ fn every_manifest_flag_names_the_file_and_the_kinds_found_and_expected() {
         );
         assert!(err.contains(&want), "{flag}: want {want:?} in:\n{err}");
     }
+}
+
+/// A class a host would not serve with this plugin still works locally, but
+/// each field that differs is warned about, with the class, the field and
+/// the fix; a class that matches gets no warning.
+#[test]
+fn invoke_and_test_warn_about_a_class_a_host_would_not_serve_with_the_plugin() {
+    let s = sample("1Gi");
+    let good = invoke(&s, &s.class, &["--policy", &s.policy]);
+    assert!(good.status.success(), "{}", stderr(&good));
+    assert!(!stderr(&good).contains("warning"), "{}", stderr(&good));
+
+    let cases = [
+        (
+            s.class_with("other-plugin.yaml", "plugin: hostpath", "plugin: other"),
+            vec![
+                "StorageClass hostpath (",
+                "names plugin \"other\" in parameters.plugin, but this plugin is \"hostpath\" (from the file name hostpath.wasm)",
+                "Set parameters.plugin to hostpath, or pass --name other",
+            ],
+        ),
+        (
+            s.class_with("no-plugin.yaml", "plugin: hostpath, ", ""),
+            vec![
+                "StorageClass hostpath (",
+                "has no \"plugin\" parameter; set parameters.plugin to the plugin that serves it (`plugin: hostpath`)",
+            ],
+        ),
+        (
+            s.class_with(
+                "other-provisioner.yaml",
+                "provisioner: wasmprov.io/host",
+                "provisioner: example.com/other",
+            ),
+            vec![
+                "StorageClass hostpath (",
+                "has provisioner \"example.com/other\", but the host serves wasmprov.io/host unless run with --provisioner-name",
+                "Set provisioner: wasmprov.io/host, or run the host with --provisioner-name example.com/other",
+            ],
+        ),
+    ];
+    for (class, wants) in &cases {
+        let out = invoke(&s, class, &["--policy", &s.policy]);
+        assert!(out.status.success(), "{class}: {}", stderr(&out));
+        let _: PersistentVolume = serde_yaml::from_str(&stdout(&out)).expect("stdout is a PV");
+        let err = stderr(&out);
+        assert_eq!(err.matches("warning: ").count(), 1, "{class}: {err}");
+        for want in wants {
+            assert!(err.contains(want), "{class}: want {want:?} in:\n{err}");
+        }
+        assert!(
+            err.contains(class.as_str()),
+            "{class}: names the file: {err}"
+        );
+    }
+
+    // --name is the plugin's name: then it matches a class for "other".
+    let named = invoke(&s, &cases[0].0, &["--policy", &s.policy, "--name", "other"]);
+    assert!(!stderr(&named).contains("warning"), "{}", stderr(&named));
+
+    // `plugin test --class` warns the same way.
+    let hostpath = plugin_path("hostpath");
+    let out = wasmprov(&[
+        "plugin",
+        "test",
+        hostpath.to_str().unwrap(),
+        "--class",
+        &cases[0].0,
+        "--policy",
+        &s.policy,
+    ]);
+    let err = stderr(&out);
+    assert!(
+        err.contains("warning: StorageClass hostpath (")
+            && err.contains("names plugin \"other\" in parameters.plugin"),
+        "{err}"
+    );
 }
 
 /// Without --policy a plugin sees no directories; its own hint ("does the

@@ -45,7 +45,10 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use sha2::{Digest, Sha256};
 
-use super::{load, read_object, stable_uid, state_name, PluginFile};
+use super::{
+    load, read_object, stable_uid, state_name, warn_about_class, PluginFile,
+    DEFAULT_PROVISIONER_NAME,
+};
 use crate::provisioner::{
     DeleteError, DeleteState, ProvisionError, ProvisionOptions, ProvisionState,
 };
@@ -108,7 +111,11 @@ struct Suite {
 
 pub async fn test(args: TestArgs) -> anyhow::Result<ExitCode> {
     let class = match &args.class {
-        Some(path) => read_object(path, "--class")?,
+        Some(path) => {
+            let class = read_object(path, "--class")?;
+            warn_about_class(&class, path, &args.plugin);
+            class
+        }
         None => default_class(),
     };
     let waits_for_consumer = class.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer");
@@ -624,7 +631,7 @@ fn default_class() -> StorageClass {
             name: Some("conformance".to_owned()),
             ..Default::default()
         },
-        provisioner: "wasmprov.io/host".to_owned(),
+        provisioner: DEFAULT_PROVISIONER_NAME.to_owned(),
         reclaim_policy: Some("Delete".to_owned()),
         volume_binding_mode: Some("Immediate".to_owned()),
         ..Default::default()

@@ -17,7 +17,7 @@ mod conformance;
 mod pack;
 
 use super::RuntimeArgs;
-use crate::provisioner::{ProvisionOptions, ProvisionState};
+use crate::provisioner::{ProvisionOptions, ProvisionState, PLUGIN_PARAMETER};
 use crate::runtime::{CacheOutcome, PolicySet, Runtime, RuntimeConfig};
 use crate::wasm_provisioner::WasmProvisioner;
 
@@ -188,6 +188,73 @@ fn sandbox_note(policy: Option<&Path>, policies: &PolicySet, name: &str) -> Opti
     ))
 }
 
+/// The provisioner name a host answers to unless told otherwise
+/// (`wasmprov run --provisioner-name`).
+pub(super) const DEFAULT_PROVISIONER_NAME: &str = "wasmprov.io/host";
+
+/// What a host on a cluster would do differently with `class` than a local
+/// run with plugin `plugin` does: one warning per field to fix. These are
+/// warnings, not errors: the local run is still meaningful (the plugin gets
+/// the class's parameters either way), and a plugin author often tries a
+/// build under another file name, or a class written for another host name.
+fn class_warnings(class: &StorageClass, file: &Path, plugin: &PluginFile) -> Vec<String> {
+    let Ok(name) = plugin_name(plugin) else {
+        return Vec::new();
+    };
+    let class_name = class.metadata.name.as_deref().unwrap_or("(unnamed)");
+    let file = file.display();
+    let mut warnings = Vec::new();
+    let named_by = match &plugin.name {
+        Some(_) => "from --name".to_owned(),
+        None => format!(
+            "from the file name {}",
+            plugin
+                .file
+                .file_name()
+                .map(|n| n.to_string_lossy())
+                .unwrap_or_default()
+        ),
+    };
+    match class
+        .parameters
+        .as_ref()
+        .and_then(|p| p.get(PLUGIN_PARAMETER))
+        .filter(|p| !p.is_empty())
+    {
+        None => warnings.push(format!(
+            "StorageClass {class_name} ({file}) has no \"{PLUGIN_PARAMETER}\" parameter; set \
+             parameters.{PLUGIN_PARAMETER} to the plugin that serves it (`{PLUGIN_PARAMETER}: \
+             {name}`). On a cluster the host refuses its claims; running plugin {name} anyway"
+        )),
+        Some(other) if *other != name => warnings.push(format!(
+            "StorageClass {class_name} ({file}) names plugin {other:?} in \
+             parameters.{PLUGIN_PARAMETER}, but this plugin is {name:?} ({named_by}); on a \
+             cluster the host serves the class with plugin {other}. Set \
+             parameters.{PLUGIN_PARAMETER} to {name}, or pass --name {other} (which also picks \
+             the policy entry plugins.{other}); running plugin {name} anyway"
+        )),
+        Some(_) => {}
+    }
+    if class.provisioner != DEFAULT_PROVISIONER_NAME {
+        let provisioner = &class.provisioner;
+        warnings.push(format!(
+            "StorageClass {class_name} ({file}) has provisioner {provisioner:?}, but the host \
+             serves {DEFAULT_PROVISIONER_NAME} unless run with --provisioner-name (or \
+             --extra-provisioner-names), and ignores other classes. Set provisioner: \
+             {DEFAULT_PROVISIONER_NAME}, or run the host with --provisioner-name {provisioner}; \
+             the volume made here records provisioned-by {provisioner}"
+        ));
+    }
+    warnings
+}
+
+/// Prints [`class_warnings`] on stderr.
+fn warn_about_class(class: &StorageClass, file: &Path, plugin: &PluginFile) {
+    for warning in class_warnings(class, file, plugin) {
+        eprintln!("warning: {warning}");
+    }
+}
+
 /// Reads the object of kind `T` that the file given to `flag` holds; an
 /// error names the flag, the file, the kind it holds and the kind expected.
 fn read_object<T: Resource + DeserializeOwned>(path: &Path, flag: &str) -> anyhow::Result<T> {
@@ -263,6 +330,7 @@ async fn invoke(args: InvokeArgs) -> anyhow::Result<ExitCode> {
         .as_deref()
         .map(|p| read_object(p, "--node"))
         .transpose()?;
+    warn_about_class(&class, &args.class, &args.plugin);
     let namespace = claim
         .metadata
         .namespace
@@ -285,8 +353,8 @@ async fn invoke(args: InvokeArgs) -> anyhow::Result<ExitCode> {
     {
         let class_name = class.metadata.name.as_deref().unwrap_or_default();
         if spec_class != class_name {
-            tracing::warn!(
-                "claim {namespace}/{name} names StorageClass {spec_class:?}, but {} is {class_name:?}; provisioning with the given class",
+            eprintln!(
+                "warning: claim {namespace}/{name} names StorageClass {spec_class:?}, but {} is {class_name:?}; provisioning with the given class",
                 args.class.display()
             );
         }
