@@ -531,31 +531,3 @@ fn a_bad_policy_file_is_reported_with_the_field_to_fix() {
         }
     }
 }
-
-/// The README's main command: the whole system on the simulated cluster.
-#[test]
-fn dev_binds_the_sample_claims_on_the_simulated_cluster() {
-    plugin_path("hostpath"); // built by the test harness like everything else
-    let data = tempfile::tempdir().unwrap();
-    let out = wasmprov(&[
-        "dev",
-        "--exit-when-bound",
-        "--data-dir",
-        data.path().to_str().unwrap(),
-    ]);
-    let text = stdout(&out);
-    assert!(out.status.success(), "{text}\n{}", stderr(&out));
-    for want in [
-        "simulated API server at http://127.0.0.1:",
-        "kubectl --server http://127.0.0.1:",
-        "claim default/data: Bound to pvc-",
-        "claim default/cache: Bound to pvc-",
-        "all sample claims are Bound",
-    ] {
-        assert!(text.contains(want), "missing {want:?} in:\n{text}");
-    }
-    let volumes = std::fs::read_dir(data.path().join("hostpath"))
-        .unwrap()
-        .count();
-    assert_eq!(volumes, 2, "one directory per sample claim");
-}
