@@ -1,9 +1,10 @@
 //! `wasmprov dev`: the whole system on one machine, no cluster needed. Starts
 //! the simulated API server, loads the bundled plugins, creates the sample
 //! StorageClasses and claims from `deploy/examples/`, and shows each claim
-//! go from Pending to Bound.
+//! go from Pending to Bound, why it stays Pending (the host's Warning
+//! events), and its volume and directory going away when it is deleted.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use anyhow::Context;
 use clap::Args;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::PostParams;
 use kube::runtime::watcher;
@@ -67,7 +69,10 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
     };
     let _temp;
     let data_dir = match &args.data_dir {
-        Some(d) => d.clone(),
+        // Absolute, so that the printed paths work from any directory.
+        Some(d) => {
+            std::path::absolute(d).with_context(|| format!("cannot resolve {}", d.display()))?
+        }
         None => {
             _temp = tempfile::Builder::new().prefix("wasmprov-dev-").tempdir()?;
             _temp.path().to_owned()
@@ -131,6 +136,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
     // Sample classes point at this run's data directory.
     let classes: Api<StorageClass> = Api::all(client.clone());
     let mut wffc_classes = Vec::new();
+    let mut immediate_class = None;
     for yaml in SAMPLE_CLASSES {
         let mut class: StorageClass = serde_yaml::from_str(yaml)?;
         class.provisioner = args.lifecycle.provisioner_name.clone();
@@ -139,6 +145,8 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
         }
         if class.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer") {
             wffc_classes.push(class.name_any());
+        } else {
+            immediate_class.get_or_insert_with(|| class.name_any());
         }
         classes.create(&PostParams::default(), &class).await?;
     }
@@ -157,18 +165,14 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
     println!("  plugins:  {}", plugins_dir.display());
     println!("  metrics:  http://{metrics_address}/metrics");
     println!("  volumes:  {}", host_root.display());
-    println!(
-        "  try:      kubectl --server {} get storageclass,pvc,pv",
-        sim.url()
-    );
-    println!(
-        "            kubectl --server {} apply -f deploy/examples/pvc.yaml   # edit the name first",
-        sim.url()
-    );
-    println!("  (or: export KUBECONFIG={})", kubeconfig.display());
-
+    // Lines to paste into another shell, from any directory: the kubeconfig
+    // is an absolute path, the claim comes inline (no file to find or edit),
+    // and `create` needs none of the OpenAPI that `apply` checks against.
+    let class = immediate_class.context("no sample class binds immediately")?;
+    println!("Create, list and delete claims from another shell (paste these lines):\n");
+    println!("{}\n", try_lines(&kubeconfig, &class));
     let outcome = tokio::select! {
-        r = follow_claims(&client, &sim, &wffc_classes, &samples, args.exit_when_bound) => r,
+        r = follow(&client, &sim, &wffc_classes, &samples, args.exit_when_bound) => r,
         _ = shutdown_signal() => Ok(ExitCode::SUCCESS),
     };
     let _ = stop_tx.send(());
@@ -202,9 +206,63 @@ fn bundled_plugins() -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
-/// Prints claims as they change; acts as the scheduler for
-/// WaitForFirstConsumer claims (they go to the one node).
-async fn follow_claims(
+/// The kubectl lines `dev` prints: point kubectl at the simulated cluster,
+/// create a claim `mine` of `class`, list claims and volumes, delete it.
+fn try_lines(kubeconfig: &Path, class: &str) -> String {
+    format!(
+        "export KUBECONFIG={kubeconfig}
+kubectl create -f - <<EOF
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: mine
+spec:
+  storageClassName: {class}
+  accessModes: [ReadWriteOnce]
+  resources:
+    requests:
+      storage: 1Gi
+EOF
+kubectl get storageclass,pvc,pv
+kubectl delete pvc mine",
+        kubeconfig = shell_quote(&kubeconfig.display().to_string()),
+    )
+}
+
+/// `word` as one POSIX shell word.
+fn shell_quote(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+,:@%=".contains(c));
+    if plain {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
+/// What the console follows: claims, volumes and events. One at a time
+/// passes through, so a volume's larger size costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
+enum Change {
+    Claim(watcher::Result<watcher::Event<PersistentVolumeClaim>>),
+    Volume(watcher::Result<watcher::Event<PersistentVolume>>),
+    Event(watcher::Result<watcher::Event<Event>>),
+}
+
+/// A bound claim's volume, remembered to report its removal.
+struct Volume {
+    claim: (String, String),
+    directory: String,
+    reclaim_policy: String,
+}
+
+/// Prints claims as they change, the Warning events about claims and their
+/// volumes (once per distinct note: repeats only grow an event's series),
+/// and a deleted claim's volume and directory going away; acts as the
+/// scheduler for WaitForFirstConsumer claims (they go to the one node).
+async fn follow(
     client: &kube::Client,
     sim: &kube_sim::Simulator,
     wffc_classes: &[String],
@@ -213,35 +271,92 @@ async fn follow_claims(
 ) -> anyhow::Result<ExitCode> {
     let volumes: Api<PersistentVolume> = Api::all(client.clone());
     let mut phases: BTreeMap<(String, String), String> = BTreeMap::new();
-    let mut stream = watcher(
-        Api::<PersistentVolumeClaim>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .boxed();
+    let mut bound: BTreeMap<String, Volume> = BTreeMap::new();
+    let mut warned: HashSet<(String, String, String)> = HashSet::new();
+    let mut stream = futures::stream::select_all([
+        watcher(
+            Api::<PersistentVolumeClaim>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .map(Change::Claim)
+        .boxed(),
+        watcher(volumes.clone(), watcher::Config::default())
+            .map(Change::Volume)
+            .boxed(),
+        watcher(
+            Api::<Event>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .map(Change::Event)
+        .boxed(),
+    ]);
     let deadline = tokio::time::sleep(Duration::from_secs(120));
     tokio::pin!(deadline);
     loop {
-        let event = tokio::select! {
-            e = stream.next() => e,
+        let change = tokio::select! {
+            c = stream.next() => c,
             _ = &mut deadline, if exit_when_bound => {
                 eprintln!("error: the sample claims were not Bound within 120 s");
                 return Ok(ExitCode::FAILURE);
             }
         };
-        let Some(event) = event else { break };
-        let claim = match event {
-            Ok(watcher::Event::Apply(c) | watcher::Event::InitApply(c)) => c,
-            Ok(watcher::Event::Delete(c)) => {
-                println!(
-                    "claim {}/{}: deleted",
-                    c.namespace().unwrap_or_default(),
-                    c.name_any()
-                );
+        let Some(change) = change else { break };
+        let claim = match change {
+            Change::Claim(Ok(watcher::Event::Apply(c) | watcher::Event::InitApply(c))) => c,
+            Change::Claim(Ok(watcher::Event::Delete(c))) => {
+                let key = (c.namespace().unwrap_or_default(), c.name_any());
+                phases.remove(&key);
+                let volume = c
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.volume_name.as_deref())
+                    .and_then(|v| bound.get_key_value(v));
+                match volume {
+                    Some((name, v)) if v.reclaim_policy == "Delete" => println!(
+                        "claim {}/{}: deleted; removing its volume {name} and directory {}",
+                        key.0, key.1, v.directory
+                    ),
+                    Some((name, v)) => println!(
+                        "claim {}/{}: deleted; its volume {name} (directory {}) is kept: reclaim policy {}",
+                        key.0, key.1, v.directory, v.reclaim_policy
+                    ),
+                    None => println!("claim {}/{}: deleted", key.0, key.1),
+                }
                 continue;
             }
-            Ok(_) => continue,
-            Err(e) => {
-                tracing::warn!(error = %e, "claim watch");
+            Change::Volume(Ok(watcher::Event::Apply(pv) | watcher::Event::InitApply(pv))) => {
+                if let Some(v) = bound.get_mut(&pv.name_any()) {
+                    v.reclaim_policy = reclaim_policy(&pv);
+                }
+                continue;
+            }
+            Change::Volume(Ok(watcher::Event::Delete(pv))) => {
+                if let Some(v) = bound.remove(&pv.name_any()) {
+                    let (ns, name) = &v.claim;
+                    let pv = pv.name_any();
+                    if Path::new(&v.directory).exists() {
+                        println!(
+                            "claim {ns}/{name}: volume {pv} removed; its directory {} is still there",
+                            v.directory
+                        );
+                    } else {
+                        println!(
+                            "claim {ns}/{name}: volume {pv} and directory {} removed",
+                            v.directory
+                        );
+                    }
+                }
+                continue;
+            }
+            Change::Event(Ok(watcher::Event::Apply(e) | watcher::Event::InitApply(e))) => {
+                if let Some(line) = warning_line(&e, &mut warned) {
+                    println!("{line}");
+                }
+                continue;
+            }
+            Change::Claim(Ok(_)) | Change::Volume(Ok(_)) | Change::Event(Ok(_)) => continue,
+            Change::Claim(Err(e)) | Change::Volume(Err(e)) | Change::Event(Err(e)) => {
+                tracing::warn!(error = %e, "watch for the dev console");
                 continue;
             }
         };
@@ -277,15 +392,26 @@ async fn follow_claims(
             .filter(|v| !v.is_empty());
         match (&*phase, volume) {
             ("Bound", Some(pv_name)) => {
-                let path = volumes
-                    .get_opt(&pv_name)
-                    .await?
-                    .and_then(|pv| pv.spec?.host_path.map(|h| h.path))
+                let pv = volumes.get_opt(&pv_name).await?;
+                let path = pv
+                    .as_ref()
+                    .and_then(|pv| pv.spec.as_ref()?.host_path.as_ref())
+                    .map(|h| h.path.clone())
                     .unwrap_or_default();
                 println!(
                     "claim {}/{}: Bound to {pv_name} (directory {path})",
                     key.0, key.1
                 );
+                if let Some(pv) = pv {
+                    bound.insert(
+                        pv_name,
+                        Volume {
+                            claim: key.clone(),
+                            directory: path,
+                            reclaim_policy: reclaim_policy(&pv),
+                        },
+                    );
+                }
             }
             (phase, _) => println!("claim {}/{}: {phase} (class {class})", key.0, key.1),
         }
@@ -298,4 +424,37 @@ async fn follow_claims(
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn reclaim_policy(pv: &PersistentVolume) -> String {
+    pv.spec
+        .as_ref()
+        .and_then(|s| s.persistent_volume_reclaim_policy.clone())
+        .unwrap_or_else(|| "Delete".into())
+}
+
+/// The console line of a Warning event about a claim or volume, unless a
+/// line with the same object, reason and note was printed already (a
+/// repeated event comes back as its series grows, or as a new event once the
+/// series expired).
+fn warning_line(event: &Event, warned: &mut HashSet<(String, String, String)>) -> Option<String> {
+    if event.type_.as_deref() != Some("Warning") {
+        return None;
+    }
+    let about = event.regarding.as_ref()?;
+    let name = about.name.as_deref().unwrap_or_default();
+    let subject = match about.kind.as_deref() {
+        Some("PersistentVolumeClaim") => format!(
+            "claim {}/{name}",
+            about.namespace.as_deref().unwrap_or("default")
+        ),
+        Some("PersistentVolume") => format!("volume {name}"),
+        _ => return None,
+    };
+    let reason = event.reason.clone().unwrap_or_default();
+    let note = event.note.clone().unwrap_or_default();
+    // A claim deleted and created again under its name is a new object.
+    let object = about.uid.clone().unwrap_or_else(|| subject.clone());
+    let line = format!("{subject}: {reason}: {note}");
+    warned.insert((object, reason, note)).then_some(line)
 }
