@@ -6,7 +6,7 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let cli = wasmprov::cli::Cli::parse();
-    wasmprov::cli::init_logging(&cli.log);
+    wasmprov::cli::init_logging(&cli);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

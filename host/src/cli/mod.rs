@@ -10,6 +10,10 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+/// The provisioner name a host answers to unless told otherwise
+/// (`wasmprov run --provisioner-name`).
+const DEFAULT_PROVISIONER_NAME: &str = "wasmprov.io/host";
+
 /// A Kubernetes dynamic volume provisioner whose storage backends are
 /// sandboxed WebAssembly components.
 #[derive(Debug, Parser)]
@@ -41,9 +45,10 @@ pub struct LogArgs {
     /// Log format on stderr.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "WASMPROV_LOG_FORMAT")]
     pub log_format: LogFormat,
-    /// Log filter, e.g. `info` or `wasmprov=debug,plugin=trace`.
-    #[arg(long, global = true, default_value = "info", env = "WASMPROV_LOG")]
-    pub log: String,
+    /// Log filter, e.g. `info` or `wasmprov=debug,plugin=trace` [default:
+    /// info; warn for `dev`, whose console already says what happens].
+    #[arg(long, global = true, env = "WASMPROV_LOG")]
+    pub log: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -81,14 +86,19 @@ pub fn default_cache_dir() -> Option<PathBuf> {
 }
 
 /// Sets up `tracing` on stderr (stdout is reserved for command output).
-pub fn init_logging(args: &LogArgs) {
+pub fn init_logging(cli: &Cli) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_new(&args.log).unwrap_or_else(|e| {
-        eprintln!(
-            "warning: invalid --log filter {:?} ({e}); using \"info\"",
-            args.log
-        );
-        EnvFilter::new("info")
+    let args = &cli.log;
+    // notify's info lines (e.g. a watch on a directory that was just
+    // removed) say nothing an operator can act on.
+    let default = match cli.command {
+        Command::Dev(_) => "warn",
+        _ => "info,notify=warn",
+    };
+    let wanted = args.log.as_deref().unwrap_or(default);
+    let filter = EnvFilter::try_new(wanted).unwrap_or_else(|e| {
+        eprintln!("warning: invalid --log filter {wanted:?} ({e}); using \"{default}\"");
+        EnvFilter::new(default)
     });
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

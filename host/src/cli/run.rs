@@ -22,7 +22,7 @@ pub struct LifecycleArgs {
     /// The provisioner name StorageClasses use to select this host.
     #[arg(
         long,
-        default_value = "wasmprov.io/host",
+        default_value = super::DEFAULT_PROVISIONER_NAME,
         env = "WASMPROV_PROVISIONER_NAME"
     )]
     pub provisioner_name: String,

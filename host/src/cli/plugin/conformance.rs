@@ -45,10 +45,8 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use sha2::{Digest, Sha256};
 
-use super::{
-    load, read_object, stable_uid, state_name, warn_about_class, PluginFile,
-    DEFAULT_PROVISIONER_NAME,
-};
+use super::{load, read_object, stable_uid, state_name, warn_about_class, PluginFile};
+use crate::cli::DEFAULT_PROVISIONER_NAME;
 use crate::provisioner::{
     DeleteError, DeleteState, ProvisionError, ProvisionOptions, ProvisionState,
 };

@@ -16,7 +16,7 @@ use sha2::{Digest, Sha256};
 mod conformance;
 mod pack;
 
-use super::RuntimeArgs;
+use super::{RuntimeArgs, DEFAULT_PROVISIONER_NAME};
 use crate::provisioner::{ProvisionOptions, ProvisionState, PLUGIN_PARAMETER};
 use crate::runtime::{CacheOutcome, PolicySet, Runtime, RuntimeConfig};
 use crate::wasm_provisioner::WasmProvisioner;
@@ -187,10 +187,6 @@ fn sandbox_note(policy: Option<&Path>, policies: &PolicySet, name: &str) -> Opti
         }
     ))
 }
-
-/// The provisioner name a host answers to unless told otherwise
-/// (`wasmprov run --provisioner-name`).
-pub(super) const DEFAULT_PROVISIONER_NAME: &str = "wasmprov.io/host";
 
 /// What a host on a cluster would do differently with `class` than a local
 /// run with plugin `plugin` does: one warning per field to fix. These are
