@@ -6,6 +6,9 @@
 //!
 //! Run: `bash plugins/build.sh && cargo bench -p wasmprov --bench lifecycle`
 //!
+//! Also the Wasm host with `--claim-finalizer`, which adds two claim patches
+//! per claim: its cost as a ratio to the plain Wasm host.
+//!
 //! Each host runs twice, alternating, and the better run of each counts.
 
 use std::collections::{BTreeMap, HashMap};
@@ -52,21 +55,29 @@ fn main() {
         // of load on the machine does not decide the ratio.
         let mut native = Vec::new();
         let mut wasm = Vec::new();
+        let mut held = Vec::new();
+        let plugins = root.join("target/plugins");
         for _ in 0..2 {
-            native.push(run(Backend::Native).await);
-            wasm.push(run(Backend::Wasm(root.join("target/plugins"))).await);
+            native.push(run(Backend::Native, false).await);
+            wasm.push(run(Backend::Wasm(plugins.clone()), false).await);
+            held.push(run(Backend::Wasm(plugins.clone()), true).await);
         }
         let best = |runs: Vec<Outcome>| {
             runs.into_iter()
                 .max_by(|a, b| a.claims_per_sec.total_cmp(&b.claims_per_sec))
                 .unwrap()
         };
-        let (native, wasm) = (best(native), best(wasm));
+        let (native, wasm, held) = (best(native), best(wasm), best(held));
         report("native Rust provisioner", &native, raw);
         report("Wasm hostpath plugin", &wasm, raw);
+        report("Wasm, --claim-finalizer", &held, raw);
         println!(
             "Wasm / native throughput:  {:>8.2}x",
             wasm.claims_per_sec / native.claims_per_sec
+        );
+        println!(
+            "claim finalizer / without: {:>8.2}x",
+            held.claims_per_sec / wasm.claims_per_sec
         );
     });
 }
@@ -125,7 +136,7 @@ async fn raw_create_rate() -> f64 {
     CLAIMS as f64 / started.elapsed().as_secs_f64()
 }
 
-async fn run(backend: Backend) -> Outcome {
+async fn run(backend: Backend, claim_finalizer: bool) -> Outcome {
     let (_sim, client) = simulator().await;
     let volumes = tempfile::tempdir().unwrap();
     let root = volumes.path().display().to_string();
@@ -144,7 +155,8 @@ async fn run(backend: Backend) -> Outcome {
     }
     let metrics = Arc::new(Metrics::default());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let config = lifecycle::Config::new("wasmprov.io/host");
+    let mut config = lifecycle::Config::new("wasmprov.io/host");
+    config.claim_finalizer = claim_finalizer;
     let host = match backend {
         Backend::Native => tokio::spawn(lifecycle::run(
             client.clone(),
