@@ -177,6 +177,15 @@ impl Cluster {
         assert_eq!(dirs, n, "one directory per volume: nothing leaked");
     }
 
+    /// Waits until the claim object is gone.
+    async fn claim_gone(&self, name: &str) {
+        let claims = self.claims();
+        eventually(&format!("claim {name} is gone"), || async {
+            claims.get_opt(name).await.unwrap().is_none().then_some(())
+        })
+        .await;
+    }
+
     /// Waits until the volume object is gone.
     async fn volume_gone(&self, name: &str) {
         let volumes = self.volumes();
@@ -748,15 +757,7 @@ async fn with_the_claim_finalizer_a_deleted_claim_waits_until_its_storage_is_rem
         c.claims().get_opt("data").await.unwrap().is_some(),
         "held while the backend is creating"
     );
-    eventually("the claim is let go", || async {
-        claims
-            .get_opt("data")
-            .await
-            .unwrap()
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    c.claim_gone("data").await;
     assert!(deleted.exists(), "its storage was removed first");
     assert_eq!(std::fs::read_to_string(&attempts).unwrap(), "xxxxxx");
     assert!(c.no_volumes().await);
@@ -1201,16 +1202,7 @@ async fn with_the_claim_finalizer_a_claim_deleted_while_the_host_is_down_leaves_
 
     let _host = HostProcess::spawn_with(&c, work.path(), "second", &["--claim-finalizer"]);
     let dirs = || std::fs::read_dir(c.volumes_dir.path()).unwrap().count();
-    let claims = c.claims();
-    eventually("the claim is let go", || async {
-        claims
-            .get_opt("data")
-            .await
-            .unwrap()
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    c.claim_gone("data").await;
     assert_eq!(
         dirs(),
         0,
