@@ -23,7 +23,6 @@ use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
 use k8s_openapi::api::core::v1::PersistentVolume;
-use sha2::{Digest, Sha256};
 
 use crate::metrics::Metrics;
 use crate::provisioner::{
@@ -152,7 +151,13 @@ impl PluginRegistry {
 
     /// [`Self::apply`] without the source check; the caller holds `reloading`.
     async fn load(&self, name: &str, wasm: Vec<u8>, origin: &Origin) -> Reload {
-        let digest = format!("sha256:{}", hex::encode(Sha256::digest(&wasm)));
+        // Hashing a large component takes milliseconds: not on an async worker.
+        let (wasm, digest) = tokio::task::spawn_blocking(move || {
+            let digest = crate::runtime::digest(&wasm);
+            (wasm, digest)
+        })
+        .await
+        .expect("digest task panicked");
         let (previous, policies) = {
             let state = self.state.read().expect("registry lock");
             let serving = state
@@ -169,10 +174,12 @@ impl PluginRegistry {
         let started = Instant::now();
         let runtime = self.runtime.clone();
         let plugin_name = name.to_owned();
+        let key = digest.clone();
         // Compiling takes up to seconds: keep it off the async workers.
-        let compiled = tokio::task::spawn_blocking(move || runtime.compile(&plugin_name, &wasm))
-            .await
-            .expect("compile task panicked");
+        let compiled =
+            tokio::task::spawn_blocking(move || runtime.compile_digested(&plugin_name, &wasm, key))
+                .await
+                .expect("compile task panicked");
         let loaded = match compiled {
             Ok(compiled) => {
                 self.runtime

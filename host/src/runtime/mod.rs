@@ -138,6 +138,12 @@ pub enum RuntimeError {
     },
 }
 
+/// A component's identity: `sha256:<hex>` of its bytes. The compile cache is
+/// keyed by it and volumes record it (`wasmprov.io/plugin-digest`).
+pub fn digest(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
 /// A validated component, compiled (or loaded from cache) but not yet bound
 /// to a name and policy. Loading is the expensive step; binding is free.
 #[derive(Clone)]
@@ -228,14 +234,25 @@ impl Runtime {
     /// Compiles (or loads from the cache) and validates a component.
     /// `plugin` names it in errors.
     pub fn compile(&self, plugin: &str, bytes: &[u8]) -> Result<Compiled, LoadError> {
+        self.compile_digested(plugin, bytes, digest(bytes))
+    }
+
+    /// [`Self::compile`] for a caller that already has the bytes' [`digest`]
+    /// (hashing a 12 MB component takes ~10 ms).
+    pub fn compile_digested(
+        &self,
+        plugin: &str,
+        bytes: &[u8],
+        digest: String,
+    ) -> Result<Compiled, LoadError> {
         let name = || plugin.to_owned();
         match inspect::binary_kind(bytes) {
             BinaryKind::NotWasm => return Err(LoadError::NotWasm { plugin: name() }),
             BinaryKind::CoreModule => return Err(LoadError::CoreModule { plugin: name() }),
             BinaryKind::Component => {}
         }
-        let digest = format!("sha256:{}", hex::encode(Sha256::digest(bytes)));
-        let key = &digest["sha256:".len()..];
+        let key = digest.strip_prefix("sha256:").unwrap_or(&digest).to_owned();
+        let key = key.as_str();
         let started = Instant::now();
         let (component, outcome) = match self.cache.as_ref().and_then(|c| c.load(&self.engine, key))
         {
