@@ -763,6 +763,69 @@ async fn with_the_claim_finalizer_a_deleted_claim_waits_until_its_storage_is_rem
     assert!(c.no_volumes().await);
 }
 
+/// A volume of the claim's that is already being deleted (reclaimed, its
+/// object held by a finalizer) when a stale view of the claim comes to be
+/// provisioned is not taken for the claim's own: the claim gets a volume
+/// once the old one is gone, and no storage is left over. The Go library
+/// counts it as saved and leaks the storage it made again
+/// (kubernetes-csi/external-provisioner#1469). (Here the host sees the dying
+/// volume in its cache and waits; a save that meets it because the cache
+/// lags fails, which removes the storage just made.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_volume_being_deleted_is_not_taken_for_the_claims_own() {
+    let mut c = Cluster::start(&[hostpath()]).await;
+    c.stop_host().await;
+    c.hostpath_class("fast", serde_json::json!({})).await;
+    c.claim("data", "fast", serde_json::json!({})).await;
+    let uid = c.claims().get("data").await.unwrap().uid().unwrap();
+    let old_name = format!("pvc-{uid}");
+    // The old volume: this claim's uid, held by someone else's finalizer.
+    // Its claimRef names no existing claim, so the binder leaves it alone.
+    let old: PersistentVolume = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": old_name, "finalizers": ["test.example/hold"]},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "fast",
+            "hostPath": {"path": "/nonexistent"},
+            "claimRef": {"namespace": "default", "name": "reclaimed", "uid": uid}},
+    }))
+    .unwrap();
+    c.volumes()
+        .create(&PostParams::default(), &old)
+        .await
+        .unwrap();
+    c.volumes()
+        .delete(&old_name, &DeleteParams::default())
+        .await
+        .unwrap();
+
+    c.start_host(c._plugins_dir.path().to_owned()).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        c.claims()
+            .get("data")
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .volume_name
+            .is_none(),
+        "not bound while the old volume is there"
+    );
+
+    let release = serde_json::json!({"metadata": {"finalizers": null}});
+    c.volumes()
+        .patch(
+            &old_name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&release),
+        )
+        .await
+        .unwrap();
+    let pv = c.bound_volume("data").await;
+    assert!(host_path(&pv).is_dir());
+    c.one_volume_and_directory_each(1).await;
+}
+
 /// With `--add-finalizer`, deleting a volume object does not lose its
 /// storage while bound, and the storage goes once the claim releases it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -184,6 +184,13 @@ async fn provision<P: Provisioner>(
     // start could hang forever (seen under CPU load: a claim never bound).
     if let Some(existing) = ctx.volumes.get(&ObjectRef::new(&pv_name)) {
         if claim_uid(&existing).as_deref() == Some(uid.as_str()) {
+            if existing.metadata.deletion_timestamp.is_some() {
+                // Reclaimed, the object not yet gone, and this view of the
+                // claim is stale: provisioning now would make storage that
+                // the dying volume cannot stand for. Look again shortly.
+                tracing::info!(claim = %key(claim), volume = %pv_name, "the claim's volume is being deleted; waiting for it to go");
+                return Ok(Action::requeue(ctx.config.retry_base));
+            }
             ctx.succeed(&uid);
             release(claim, ctx).await?;
             return Ok(Action::await_change());
@@ -490,7 +497,7 @@ fn claim_uid(pv: &PersistentVolume) -> Option<String> {
 
 /// Creates the volume, retrying transient API errors. AlreadyExists is
 /// success when the existing volume is this claim's (a previous attempt
-/// whose answer was lost).
+/// whose answer was lost) and is not being deleted.
 async fn save(
     volumes: &Api<PersistentVolume>,
     pv: &PersistentVolume,
@@ -500,10 +507,22 @@ async fn save(
     let create = || async {
         match volumes.create(&PostParams::default(), pv).await {
             Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 409 => {
+            Err(kube::Error::Api(mut s)) if s.code == 409 => {
                 match volumes.get_opt(&pv.name_any()).await? {
                     Some(existing) if claim_uid(&existing).as_deref() == Some(claim_uid_want) => {
-                        Ok(())
+                        if existing.metadata.deletion_timestamp.is_none() {
+                            return Ok(());
+                        }
+                        // Reclaimed already, the object not yet gone: a stale
+                        // view of the claim provisioned it again. Counting
+                        // that as saved would leak the storage just made
+                        // (kubernetes-csi/external-provisioner#1469); failing
+                        // the save has it removed.
+                        s.message = format!(
+                            "{} and is being deleted (its storage was reclaimed)",
+                            s.message
+                        );
+                        Err(kube::Error::Api(s))
                     }
                     _ => Err(kube::Error::Api(s)),
                 }
