@@ -757,6 +757,10 @@ async fn with_the_claim_finalizer_a_deleted_claim_waits_until_its_storage_is_rem
         c.claims().get_opt("data").await.unwrap().is_some(),
         "held while the backend is creating"
     );
+    let e = c
+        .event("data", "Provisioning", "still creating its storage")
+        .await;
+    assert!(e.message.unwrap().contains("wasmprov.io/provisioning"));
     c.claim_gone("data").await;
     assert!(deleted.exists(), "its storage was removed first");
     assert_eq!(std::fs::read_to_string(&attempts).unwrap(), "xxxxxx");

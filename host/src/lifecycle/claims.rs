@@ -440,7 +440,19 @@ async fn finish_deleted<P: Provisioner>(
             release(claim, ctx).await?;
             Ok(Action::await_change())
         }
-        Ok(Finish::Pending(message)) => Ok(after_failure(claim, ctx, &message).await),
+        Ok(Finish::Pending(message)) => {
+            // `kubectl delete` is waiting on this claim: say why, once (a
+            // repeat only grows the event's series).
+            let note = format!(
+                "The claim is deleted, but its backend is still creating its storage ({message}); \
+                 the host removes that storage once it exists, then lets the claim go (finalizer {})",
+                keys::CLAIM_FINALIZER
+            );
+            ctx.events
+                .normal(&claim.object_ref(&()), PROVISIONING, "Provisioning", note)
+                .await;
+            Ok(after_failure(claim, ctx, &message).await)
+        }
         Err(e) => {
             let message = format!(
                 "{e}. The claim is kept (finalizer {}) until this succeeds",
