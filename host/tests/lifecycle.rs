@@ -633,10 +633,14 @@ async fn with_leader_election_only_the_leader_provisions_and_a_standby_takes_ove
     c.bound_volume("first").await;
     let provisioned = |m: &Metrics| {
         m.encode()
-            .contains("controller_persistentvolumeclaim_provision_total{class=\"fast\"} 1")
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("controller_persistentvolumeclaim_provision_total{class=\"fast\"} ")
+            })
+            .map_or(0, |n| n.parse::<u64>().unwrap())
     };
-    assert!(provisioned(&metrics_a), "the leader provisioned");
-    assert!(!provisioned(&metrics_b), "the standby did not");
+    assert_eq!(provisioned(&metrics_a), 1, "the leader provisioned");
+    assert_eq!(provisioned(&metrics_b), 0, "the standby did not");
     assert_eq!(metrics_b.leader.get(), 0);
 
     // The leader stops (and releases the lease): the standby takes over.
@@ -648,7 +652,9 @@ async fn with_leader_election_only_the_leader_provisions_and_a_standby_takes_ove
     .await;
     c.claim("second", "fast", serde_json::json!({})).await;
     c.bound_volume("second").await;
-    assert!(provisioned(&metrics_b), "the new leader provisioned");
+    // At least: under heavy load a lease can lapse and come back, so the
+    // standby may also have led for a moment (as with any Lease election).
+    assert!(provisioned(&metrics_b) >= 1, "the new leader provisioned");
     let _ = stop_b.send(());
     let _ = task_b.await;
 }
