@@ -94,6 +94,102 @@ impl Object {
     }
 }
 
+/// Every file the host's build reads from outside its own crate (embedded
+/// files, the WIT package, path dependencies, workspace members) is in one of
+/// the directories the Containerfile's build stage copies. A missing one only
+/// shows when someone builds the image, which nothing here can do.
+#[test]
+fn the_containerfile_copies_everything_the_host_build_reads() {
+    let root = workspace_root();
+    let containerfile = std::fs::read_to_string(root.join("deploy/Containerfile")).unwrap();
+    let copied: Vec<PathBuf> = containerfile
+        .lines()
+        .filter_map(|l| l.strip_prefix("COPY "))
+        .filter(|l| !l.starts_with("--from"))
+        .flat_map(|l| {
+            let words: Vec<&str> = l.split_whitespace().collect();
+            words[..words.len() - 1]
+                .iter()
+                .map(|w| root.join(w).canonicalize().unwrap_or_else(|_| root.join(w)))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let copied_has = |p: &Path| copied.iter().any(|c| p.starts_with(c));
+
+    // (file that names it, path as named, directory it is relative to)
+    let mut read: Vec<(PathBuf, String, PathBuf)> = Vec::new();
+    let quoted_after = |text: &str, marker: &str| -> Vec<String> {
+        text.match_indices(marker)
+            .filter_map(|(i, _)| {
+                let rest = &text[i + marker.len()..];
+                Some(rest[..rest.find('"')?].to_owned())
+            })
+            .collect()
+    };
+    for krate in ["host", "tests/kube-sim"] {
+        let dir = root.join(krate);
+        let manifest = dir.join("Cargo.toml");
+        let text = std::fs::read_to_string(&manifest).unwrap();
+        for p in quoted_after(&text, "path = \"") {
+            read.push((manifest.clone(), p, dir.clone()));
+        }
+        let mut sources = vec![dir.join("src")];
+        while let Some(d) = sources.pop() {
+            for entry in std::fs::read_dir(&d).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    sources.push(path);
+                    continue;
+                }
+                let Ok(text) = std::fs::read_to_string(&path) else {
+                    continue;
+                };
+                let here = path.parent().unwrap().to_owned();
+                for marker in ["include_str!(\"", "include_bytes!(\""] {
+                    for p in quoted_after(&text, marker) {
+                        read.push((path.clone(), p, here.clone()));
+                    }
+                }
+                // bindgen!'s WIT path is relative to the crate.
+                if text.contains("bindgen!") {
+                    for p in quoted_after(&text, "path: \"") {
+                        read.push((path.clone(), p, dir.clone()));
+                    }
+                }
+            }
+        }
+    }
+    let workspace = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let members = &workspace[workspace.find("members = [").unwrap()..];
+    let members = &members[..members.find(']').unwrap()];
+    for m in members.split('"').skip(1).step_by(2) {
+        read.push((
+            root.join("Cargo.toml"),
+            format!("{m}/Cargo.toml"),
+            root.clone(),
+        ));
+    }
+    assert!(
+        read.iter().any(|(_, p, _)| p.contains("deploy/examples")),
+        "the scan finds dev's embedded samples: {read:?}"
+    );
+
+    let missing: Vec<String> = read
+        .iter()
+        .filter_map(|(file, p, base)| {
+            let path = base.join(p).canonicalize().unwrap_or_else(|e| {
+                panic!("{} names {p}, which does not exist: {e}", file.display())
+            });
+            (!copied_has(&path)).then(|| format!("{p} (named in {})", file.display()))
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "deploy/Containerfile's build stage does not COPY what the host's build reads; add a \
+         COPY for: {missing:?}"
+    );
+}
+
 fn deploy_dir() -> PathBuf {
     workspace_root().join("deploy")
 }
