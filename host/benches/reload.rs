@@ -184,7 +184,10 @@ async fn configmap_times(name: &str, wasm: &[u8], n: u32) -> Vec<Duration> {
         configmaps: Some(delivery::ConfigMapsSource {
             client: client.clone(),
             namespace: NS.to_owned(),
-            reporter: "wasmprov-bench".into(),
+            reporter: wasmprov::events::Reporter {
+                controller: "wasmprov-bench".into(),
+                instance: None,
+            },
             initial_timeout: Duration::from_secs(30),
         }),
         ..delivery::Sources::default()

@@ -30,16 +30,6 @@ pub struct Reporter {
     pub instance: Option<String>,
 }
 
-impl From<&str> for Reporter {
-    /// A reporter with no instance name.
-    fn from(controller: &str) -> Self {
-        Self {
-            controller: controller.to_owned(),
-            instance: None,
-        }
-    }
-}
-
 /// What makes two events the same series.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Key {

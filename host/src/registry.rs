@@ -199,13 +199,6 @@ impl PluginRegistry {
                 state.rejected.remove(name);
                 state.removed.remove(name);
                 state.owners.insert(name.to_owned(), origin.source.clone());
-                if state
-                    .contested
-                    .get(name)
-                    .is_some_and(|(o, _)| o.source == origin.source)
-                {
-                    state.contested.remove(name);
-                }
                 drop(state);
                 tracing::info!(plugin = name, %digest, previous = previous.as_deref().unwrap_or("none"), %origin, ?cache, took = ?started.elapsed(), "plugin version loaded");
                 self.metrics.plugin_reload(name, "loaded");
