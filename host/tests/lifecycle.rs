@@ -1,5 +1,10 @@
-//! The provisioning lifecycle end to end, on the simulated API server: what a
-//! cluster operator observes (claims, volumes, events, directories).
+//! The provisioning lifecycle end to end: what a cluster operator observes
+//! (claims, volumes, events, directories). Each scenario runs on the real
+//! control plane (`real::…`, the ground truth: its PV binder, protection
+//! controllers and scheduler) and on the simulated API server
+//! (`simulated::…`, fast, and kept honest by the comparison); those that
+//! need faults a real server does not produce on demand run on the
+//! simulator only.
 
 mod support;
 
@@ -22,9 +27,68 @@ const PROVISIONER: &str = "wasmprov.io/host";
 const NODE: &str = "worker-1";
 const CLAIM_FINALIZER: &str = "wasmprov.io/provisioning";
 
-/// A simulated cluster with a wasmprov host serving the given plugins.
+/// Which API server a scenario runs against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Server {
+    Simulated,
+    Real,
+}
+
+/// Runs each listed scenario (`async fn NAME(server: Server)`) as two tests,
+/// `real::NAME` and `simulated::NAME`.
+macro_rules! on_both_servers {
+    ($($name:ident),* $(,)?) => {
+        mod real {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Server::Real).await
+                }
+            )*
+        }
+        mod simulated {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Server::Simulated).await
+                }
+            )*
+        }
+    };
+}
+
+on_both_servers!(
+    a_claim_gets_a_bound_volume_and_deleting_it_removes_the_storage,
+    a_retain_volume_and_its_storage_outlive_the_claim,
+    one_host_serves_two_classes_with_two_plugins,
+    claims_of_other_provisioners_are_left_alone,
+    an_unknown_plugin_is_reported_on_the_claim,
+    a_claim_waits_for_its_missing_class_then_gets_provisioned,
+    wait_for_first_consumer_provisions_on_the_selected_node,
+    a_refused_node_is_given_up_for_another,
+    block_mode_is_refused_for_a_plugin_without_block_support,
+    a_restarted_host_makes_exactly_one_volume_per_claim,
+    with_leader_election_only_the_leader_provisions_and_a_standby_takes_over,
+    a_claim_deleted_while_its_storage_is_being_created_leaves_nothing_behind,
+    with_the_claim_finalizer_a_deleted_claim_waits_until_its_storage_is_removed,
+    a_volume_being_deleted_is_not_taken_for_the_claims_own,
+    with_the_finalizer_a_deleted_bound_volume_keeps_its_storage_until_released,
+    a_failed_delete_keeps_the_volume_and_says_why,
+    a_claim_that_keeps_failing_is_given_up_with_an_event_saying_how_to_retry,
+    a_volume_that_keeps_failing_to_delete_is_given_up_with_an_event,
+);
+
+/// The API server of a [`Cluster`].
+enum ApiServer {
+    Simulated(kube_sim::Simulator),
+    /// Its own control plane: scenarios change cluster-wide objects.
+    Real(test_cluster::Cluster),
+}
+
+/// A cluster (real or simulated, with one node) with a wasmprov host
+/// serving the given plugins.
 struct Cluster {
-    sim: kube_sim::Simulator,
+    api: ApiServer,
     client: Client,
     volumes_dir: tempfile::TempDir,
     _plugins_dir: tempfile::TempDir,
@@ -36,25 +100,40 @@ struct Cluster {
 }
 
 impl Cluster {
-    async fn start(plugins: &[(&str, PathBuf)]) -> Self {
-        Self::start_with(plugins, |_| {}).await
+    async fn start(server: Server, plugins: &[(&str, PathBuf)]) -> Self {
+        Self::start_with(server, plugins, |_| {}).await
     }
 
-    async fn start_with(plugins: &[(&str, PathBuf)], tune: fn(&mut lifecycle::Config)) -> Self {
-        let sim = kube_sim::Simulator::start(kube_sim::Config {
-            nodes: vec![NODE.into()],
-            ..kube_sim::Config::default()
-        })
-        .await
-        .unwrap();
-        let client = sim.client().unwrap();
+    async fn start_with(
+        server: Server,
+        plugins: &[(&str, PathBuf)],
+        tune: fn(&mut lifecycle::Config),
+    ) -> Self {
+        let (api, client) = match server {
+            Server::Simulated => {
+                let sim = kube_sim::Simulator::start(kube_sim::Config {
+                    nodes: vec![NODE.into()],
+                    ..kube_sim::Config::default()
+                })
+                .await
+                .unwrap();
+                let client = sim.client().unwrap();
+                (ApiServer::Simulated(sim), client)
+            }
+            Server::Real => {
+                let cluster = start_real_cluster().await;
+                let client = cluster.client().await.unwrap();
+                create_node(&client, NODE).await;
+                (ApiServer::Real(cluster), client)
+            }
+        };
         let volumes_dir = tempfile::tempdir().unwrap();
         let plugins_dir = tempfile::tempdir().unwrap();
         for (name, file) in plugins {
             std::fs::copy(file, plugins_dir.path().join(format!("{name}.wasm"))).unwrap();
         }
         let mut cluster = Self {
-            sim,
+            api,
             client,
             volumes_dir,
             _plugins_dir: plugins_dir,
@@ -98,6 +177,35 @@ impl Cluster {
         }
         if let Some(h) = self.host.take() {
             let _ = h.await;
+        }
+    }
+
+    /// The simulator, for a scenario that injects faults or reads its
+    /// request log.
+    fn sim(&self) -> &kube_sim::Simulator {
+        match &self.api {
+            ApiServer::Simulated(sim) => sim,
+            ApiServer::Real(_) => {
+                panic!("this scenario needs the simulated API server's fault injection")
+            }
+        }
+    }
+
+    /// A kubeconfig (YAML) for a host process.
+    fn kubeconfig(&self) -> String {
+        match &self.api {
+            ApiServer::Simulated(sim) => sim.kubeconfig(),
+            ApiServer::Real(cluster) => cluster.kubeconfig_with_token(cluster.admin_token()),
+        }
+    }
+
+    /// What the scheduler does for a pod that uses the WaitForFirstConsumer
+    /// claim `claim`: the real one is given such a pod (named after the
+    /// claim) and picks a node; on the simulator the test picks `NODE`.
+    async fn use_claim_in_a_pod(&self, claim: &str) {
+        match &self.api {
+            ApiServer::Simulated(sim) => sim.schedule_claim("default", claim, NODE).await.unwrap(),
+            ApiServer::Real(_) => create_pod(&self.client, "default", claim, claim).await,
         }
     }
 
@@ -300,16 +408,15 @@ fn host_path(pv: &PersistentVolume) -> PathBuf {
 }
 
 fn hostpath() -> (&'static str, PathBuf) {
-    ("hostpath", plugin_path("hostpath"))
+    ("hostpath", rust_plugin_path("hostpath"))
 }
 
 fn misbehave() -> (&'static str, PathBuf) {
-    ("misbehave", guest_path("misbehave"))
+    ("misbehave", rust_guest_path("misbehave"))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_claim_gets_a_bound_volume_and_deleting_it_removes_the_storage() {
-    let c = Cluster::start(&[hostpath()]).await;
+async fn a_claim_gets_a_bound_volume_and_deleting_it_removes_the_storage(server: Server) {
+    let c = Cluster::start(server, &[hostpath()]).await;
     c.hostpath_class("fast", serde_json::json!({})).await;
     c.claim("data", "fast", serde_json::json!({})).await;
 
@@ -341,9 +448,8 @@ async fn a_claim_gets_a_bound_volume_and_deleting_it_removes_the_storage() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_retain_volume_and_its_storage_outlive_the_claim() {
-    let c = Cluster::start(&[hostpath()]).await;
+async fn a_retain_volume_and_its_storage_outlive_the_claim(server: Server) {
+    let c = Cluster::start(server, &[hostpath()]).await;
     c.hostpath_class("keep", serde_json::json!({"reclaimPolicy": "Retain"}))
         .await;
     c.claim("data", "keep", serde_json::json!({})).await;
@@ -364,9 +470,8 @@ async fn a_retain_volume_and_its_storage_outlive_the_claim() {
     assert!(host_path(&pv).is_dir(), "Retain keeps the storage");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_host_serves_two_classes_with_two_plugins() {
-    let c = Cluster::start(&[hostpath(), misbehave()]).await;
+async fn one_host_serves_two_classes_with_two_plugins(server: Server) {
+    let c = Cluster::start(server, &[hostpath(), misbehave()]).await;
     c.hostpath_class("fast", serde_json::json!({})).await;
     c.class(
         "odd",
@@ -386,9 +491,8 @@ async fn one_host_serves_two_classes_with_two_plugins() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn claims_of_other_provisioners_are_left_alone() {
-    let c = Cluster::start(&[hostpath()]).await;
+async fn claims_of_other_provisioners_are_left_alone(server: Server) {
+    let c = Cluster::start(server, &[hostpath()]).await;
     c.hostpath_class("fast", serde_json::json!({})).await;
     let root = c.volumes_dir.path().display().to_string();
     c.class(
@@ -419,9 +523,8 @@ async fn claims_of_other_provisioners_are_left_alone() {
         .all(|e| e.reason.as_deref() != Some("Provisioning")));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unknown_plugin_is_reported_on_the_claim() {
-    let c = Cluster::start(&[hostpath()]).await;
+async fn an_unknown_plugin_is_reported_on_the_claim(server: Server) {
+    let c = Cluster::start(server, &[hostpath()]).await;
     c.class("typo", &[("plugin", "hostpth")], serde_json::json!({}))
         .await;
     c.claim("data", "typo", serde_json::json!({})).await;
@@ -436,9 +539,8 @@ async fn an_unknown_plugin_is_reported_on_the_claim() {
     assert_eq!(e.type_.as_deref(), Some("Warning"));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_claim_waits_for_its_missing_class_then_gets_provisioned() {
-    let c = Cluster::start(&[hostpath()]).await;
+async fn a_claim_waits_for_its_missing_class_then_gets_provisioned(server: Server) {
+    let c = Cluster::start(server, &[hostpath()]).await;
     c.claim("early", "later", serde_json::json!({})).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     c.hostpath_class("later", serde_json::json!({})).await;
@@ -446,9 +548,8 @@ async fn a_claim_waits_for_its_missing_class_then_gets_provisioned() {
     assert!(host_path(&pv).is_dir());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn wait_for_first_consumer_provisions_on_the_selected_node() {
-    let c = Cluster::start(&[hostpath()]).await;
+async fn wait_for_first_consumer_provisions_on_the_selected_node(server: Server) {
+    let c = Cluster::start(server, &[hostpath()]).await;
     c.hostpath_class(
         "local",
         serde_json::json!({"volumeBindingMode": "WaitForFirstConsumer", "parameters": {"plugin": "hostpath", "hostRoot": c.volumes_dir.path().display().to_string(), "nodeAffinity": "true"}}),
@@ -465,42 +566,73 @@ async fn wait_for_first_consumer_provisions_on_the_selected_node() {
             .is_empty(),
         "waits for the scheduler"
     );
-    c.sim.schedule_claim("default", "data", NODE).await.unwrap();
+    c.use_claim_in_a_pod("data").await;
     let pv = c.bound_volume("data").await;
     let affinity = serde_json::to_value(&pv.spec.as_ref().unwrap().node_affinity).unwrap();
     assert_eq!(
         affinity["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]["values"][0],
         NODE
     );
+    if server == Server::Real {
+        // The scheduler waited for the volume to bind, then bound the pod.
+        assert_eq!(pod_node(&c.client, "default", "data").await, NODE);
+    }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reschedule_clears_the_selected_node() {
-    let c = Cluster::start(&[misbehave()]).await;
+/// The plugin answers `reschedule` for the node the scheduler chose: the
+/// host removes `volume.kubernetes.io/selected-node`, and the claim is
+/// provisioned on the next node the scheduler tries.
+async fn a_refused_node_is_given_up_for_another(server: Server) {
+    const OTHER: &str = "worker-2";
+    let c = Cluster::start(server, &[misbehave()]).await;
     c.class(
         "picky",
-        &[("plugin", "misbehave"), ("behavior", "reschedule")],
+        &[
+            ("plugin", "misbehave"),
+            ("behavior", "reschedule"),
+            ("refuse", NODE),
+        ],
         serde_json::json!({"volumeBindingMode": "WaitForFirstConsumer"}),
     )
     .await;
     c.claim("data", "picky", serde_json::json!({})).await;
-    c.sim.schedule_claim("default", "data", NODE).await.unwrap();
+    // With one node, the first choice is that node.
+    c.use_claim_in_a_pod("data").await;
     c.event("data", "ProvisioningFailed", "this node cannot host it")
         .await;
     let claims = c.claims();
-    eventually("the selected-node annotation is removed", || async {
-        let claim = claims.get("data").await.ok()?;
-        (!claim
-            .annotations()
-            .contains_key("volume.kubernetes.io/selected-node"))
-        .then_some(())
-    })
-    .await;
+    if server == Server::Simulated {
+        // (The real scheduler chooses again at once, so the gap is not
+        // reliably seen there.)
+        eventually("the selected-node annotation is removed", || async {
+            let claim = claims.get("data").await.ok()?;
+            (!claim
+                .annotations()
+                .contains_key("volume.kubernetes.io/selected-node"))
+            .then_some(())
+        })
+        .await;
+    }
+    create_node(&c.client, OTHER).await;
+    if server == Server::Simulated {
+        c.sim()
+            .schedule_claim("default", "data", OTHER)
+            .await
+            .unwrap();
+    }
+    c.bound_volume("data").await;
+    let claim = claims.get("data").await.unwrap();
+    assert_eq!(
+        claim.annotations()["volume.kubernetes.io/selected-node"],
+        OTHER
+    );
+    if server == Server::Real {
+        assert_eq!(pod_node(&c.client, "default", "data").await, OTHER);
+    }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn block_mode_is_refused_for_a_plugin_without_block_support() {
-    let c = Cluster::start(&[hostpath()]).await;
+async fn block_mode_is_refused_for_a_plugin_without_block_support(server: Server) {
+    let c = Cluster::start(server, &[hostpath()]).await;
     c.hostpath_class("fast", serde_json::json!({})).await;
     c.claim("raw", "fast", serde_json::json!({"volumeMode": "Block"}))
         .await;
@@ -515,9 +647,9 @@ async fn block_mode_is_refused_for_a_plugin_without_block_support() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_volume_that_cannot_be_saved_is_cleaned_up_then_provisioned_when_the_api_recovers() {
-    let c = Cluster::start(&[hostpath()]).await;
+    let c = Cluster::start(Server::Simulated, &[hostpath()]).await;
     c.hostpath_class("fast", serde_json::json!({})).await;
-    c.sim.faults().fail_requests(
+    c.sim().faults().fail_requests(
         kube_sim::FailureRule::new(1.0, kube_sim::FailWith::Internal)
             .verbs(&["create"])
             .resources(&["persistentvolumes"]),
@@ -539,14 +671,13 @@ async fn a_volume_that_cannot_be_saved_is_cleaned_up_then_provisioned_when_the_a
             .then_some(())
     })
     .await;
-    c.sim.faults().clear();
+    c.sim().faults().clear();
     let pv = c.bound_volume("data").await;
     assert!(host_path(&pv).is_dir());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restarted_host_makes_exactly_one_volume_per_claim() {
-    let mut c = Cluster::start(&[hostpath()]).await;
+async fn a_restarted_host_makes_exactly_one_volume_per_claim(server: Server) {
+    let mut c = Cluster::start(server, &[hostpath()]).await;
     c.hostpath_class("fast", serde_json::json!({})).await;
     for i in 0..5 {
         c.claim(&format!("c{i}"), "fast", serde_json::json!({}))
@@ -576,11 +707,10 @@ async fn a_restarted_host_makes_exactly_one_volume_per_claim() {
 
 /// Two replicas: only the lease holder provisions; when it stops, the other
 /// takes over.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_leader_election_only_the_leader_provisions_and_a_standby_takes_over() {
+async fn with_leader_election_only_the_leader_provisions_and_a_standby_takes_over(server: Server) {
     use wasmprov::leader::{run_as_leader, LeaseConfig};
 
-    let c = Cluster::start(&[hostpath()]).await;
+    let c = Cluster::start(server, &[hostpath()]).await;
     c.hostpath_class("fast", serde_json::json!({})).await;
     // Replace the harness's host with two elected replicas.
     let mut c = c;
@@ -666,9 +796,9 @@ async fn with_leader_election_only_the_leader_provisions_and_a_standby_takes_ove
 async fn every_claim_is_bound_exactly_once_despite_api_faults() {
     use kube_sim::{FailWith, FailureRule};
 
-    let c = Cluster::start(&[hostpath()]).await;
+    let c = Cluster::start(Server::Simulated, &[hostpath()]).await;
     c.hostpath_class("fast", serde_json::json!({})).await;
-    let faults = c.sim.faults();
+    let faults = c.sim().faults();
     faults.close_every_nth_watch(3);
     for fail_with in [
         FailWith::Internal,
@@ -700,9 +830,8 @@ async fn every_claim_is_bound_exactly_once_despite_api_faults() {
 
 /// A claim deleted while its backend is still creating the storage: the host
 /// keeps asking the plugin until the storage exists, then removes it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_claim_deleted_while_its_storage_is_being_created_leaves_nothing_behind() {
-    let c = Cluster::start(&[misbehave()]).await;
+async fn a_claim_deleted_while_its_storage_is_being_created_leaves_nothing_behind(server: Server) {
+    let c = Cluster::start(server, &[misbehave()]).await;
     let (attempts, deleted) = c.slowly_created_claim("data", 4).await;
     eventually("the backend started creating", || async {
         attempts.exists().then_some(())
@@ -728,9 +857,10 @@ async fn a_claim_deleted_while_its_storage_is_being_created_leaves_nothing_behin
 /// With `--claim-finalizer`, a claim deleted while its backend is still
 /// creating the storage stays (Terminating) until that storage is removed;
 /// a claim provisioned normally carries the finalizer only until it is bound.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_the_claim_finalizer_a_deleted_claim_waits_until_its_storage_is_removed() {
-    let c = Cluster::start_with(&[hostpath(), misbehave()], |config| {
+async fn with_the_claim_finalizer_a_deleted_claim_waits_until_its_storage_is_removed(
+    server: Server,
+) {
+    let c = Cluster::start_with(server, &[hostpath(), misbehave()], |config| {
         config.claim_finalizer = true
     })
     .await;
@@ -781,9 +911,8 @@ async fn with_the_claim_finalizer_a_deleted_claim_waits_until_its_storage_is_rem
 /// (kubernetes-csi/external-provisioner#1469). (Here the host sees the dying
 /// volume in its cache and waits; a save that meets it because the cache
 /// lags fails, which removes the storage just made.)
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_volume_being_deleted_is_not_taken_for_the_claims_own() {
-    let mut c = Cluster::start(&[hostpath()]).await;
+async fn a_volume_being_deleted_is_not_taken_for_the_claims_own(server: Server) {
+    let mut c = Cluster::start(server, &[hostpath()]).await;
     c.stop_host().await;
     c.hostpath_class("fast", serde_json::json!({})).await;
     c.claim("data", "fast", serde_json::json!({})).await;
@@ -838,9 +967,10 @@ async fn a_volume_being_deleted_is_not_taken_for_the_claims_own() {
 
 /// With `--add-finalizer`, deleting a volume object does not lose its
 /// storage while bound, and the storage goes once the claim releases it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_the_finalizer_a_deleted_bound_volume_keeps_its_storage_until_released() {
-    let c = Cluster::start_with(&[hostpath()], |config| config.add_finalizer = true).await;
+async fn with_the_finalizer_a_deleted_bound_volume_keeps_its_storage_until_released(
+    server: Server,
+) {
+    let c = Cluster::start_with(server, &[hostpath()], |config| config.add_finalizer = true).await;
     c.hostpath_class("fast", serde_json::json!({})).await;
     c.claim("data", "fast", serde_json::json!({})).await;
     let pv = c.bound_volume("data").await;
@@ -865,9 +995,8 @@ async fn with_the_finalizer_a_deleted_bound_volume_keeps_its_storage_until_relea
 
 /// A plugin that cannot delete: the volume and its object stay, and the
 /// failure is an event on the volume.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failed_delete_keeps_the_volume_and_says_why() {
-    let c = Cluster::start(&[misbehave()]).await;
+async fn a_failed_delete_keeps_the_volume_and_says_why(server: Server) {
+    let c = Cluster::start(server, &[misbehave()]).await;
     // `fail` also fails provisioning, so bind through a class that works and
     // record `fail` as the parameters the volume was made with.
     c.class("ok", &[("plugin", "misbehave")], serde_json::json!({}))
@@ -913,7 +1042,7 @@ async fn a_failed_delete_keeps_the_volume_and_says_why() {
 async fn the_host_keeps_to_its_api_request_rate() {
     use wasmprov::lifecycle::{throttle, ApiLimits};
 
-    let mut c = Cluster::start(&[hostpath()]).await;
+    let mut c = Cluster::start(Server::Simulated, &[hostpath()]).await;
     c.stop_host().await;
     c.hostpath_class("fast", serde_json::json!({})).await;
     let n = 15;
@@ -925,14 +1054,15 @@ async fn the_host_keeps_to_its_api_request_rate() {
         qps: 20.0,
         burst: 5,
     };
-    let faults = c.sim.faults().clone();
+    let faults = c.sim().faults().clone();
     let before = faults.requests();
     let start = tokio::time::Instant::now();
-    let client = throttle::client(kube::Config::new(c.sim.url().parse().unwrap()), limits).unwrap();
+    let client =
+        throttle::client(kube::Config::new(c.sim().url().parse().unwrap()), limits).unwrap();
     let dir = c._plugins_dir.path().to_owned();
     c.start_host_with_client(dir, client).await;
 
-    let registry = c.sim.registry().clone();
+    let registry = c.sim().registry().clone();
     let bound = |name: String| {
         registry
             .get(kube_sim::resources::PVC, "default", &name)
@@ -991,11 +1121,10 @@ fn plugin_calls(metrics: &Metrics, plugin: &str, call: &str) -> u64 {
 /// `--failed-provision-threshold`: after that many failures the host stops
 /// retrying, says so on the claim with how to retry, and tries once more when
 /// the claim changes.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_claim_that_keeps_failing_is_given_up_with_an_event_saying_how_to_retry() {
+async fn a_claim_that_keeps_failing_is_given_up_with_an_event_saying_how_to_retry(server: Server) {
     // With the claim finalizer on: the host's own patches to the claim are
     // not changes that earn another try.
-    let c = Cluster::start_with(&[misbehave()], |config| {
+    let c = Cluster::start_with(server, &[misbehave()], |config| {
         config.failed_provision_threshold = 3;
         config.claim_finalizer = true;
     })
@@ -1055,9 +1184,8 @@ async fn a_claim_that_keeps_failing_is_given_up_with_an_event_saying_how_to_retr
 
 /// `--failed-delete-threshold`: the same for a volume whose storage cannot
 /// be deleted.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_volume_that_keeps_failing_to_delete_is_given_up_with_an_event() {
-    let c = Cluster::start_with(&[misbehave()], |config| {
+async fn a_volume_that_keeps_failing_to_delete_is_given_up_with_an_event(server: Server) {
+    let c = Cluster::start_with(server, &[misbehave()], |config| {
         config.failed_delete_threshold = 2;
     })
     .await;
@@ -1121,7 +1249,7 @@ impl HostProcess {
     /// `wasmprov run` with more flags.
     fn spawn_with(c: &Cluster, work: &Path, name: &str, flags: &[&str]) -> Self {
         let kubeconfig = work.join("kubeconfig");
-        std::fs::write(&kubeconfig, c.sim.kubeconfig()).unwrap();
+        std::fs::write(&kubeconfig, c.kubeconfig()).unwrap();
         let policy = work.join("policy.yaml");
         std::fs::write(
             &policy,
@@ -1182,7 +1310,7 @@ async fn kill_mid_provision(c: &Cluster, work: &Path, flags: &[&str]) -> usize {
     let dirs = || std::fs::read_dir(c.volumes_dir.path()).unwrap().count();
     // Volumes cannot be saved: the host keeps retrying the save (over about
     // 1.5 s) while the plugin's directories exist.
-    let faults = c.sim.faults().clone();
+    let faults = c.sim().faults().clone();
     faults.fail_requests(
         FailureRule::new(1.0, FailWith::Internal)
             .verbs(&["create"])
@@ -1227,7 +1355,7 @@ async fn kill_mid_provision(c: &Cluster, work: &Path, flags: &[&str]) -> usize {
 /// exactly one volume and no directory is left over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_killed_mid_provision_and_restarted_leaves_one_volume_per_claim_and_no_leak() {
-    let mut c = Cluster::start(&[hostpath()]).await;
+    let mut c = Cluster::start(Server::Simulated, &[hostpath()]).await;
     c.stop_host().await;
     c.hostpath_class("fast", serde_json::json!({})).await;
     let work = tempfile::tempdir().unwrap();
@@ -1258,7 +1386,7 @@ async fn a_host_killed_mid_provision_and_restarted_leaves_one_volume_per_claim_a
 /// finds it, removes the storage, and only then lets the claim go.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_claim_finalizer_a_claim_deleted_while_the_host_is_down_leaves_no_storage() {
-    let mut c = Cluster::start(&[hostpath()]).await;
+    let mut c = Cluster::start(Server::Simulated, &[hostpath()]).await;
     c.stop_host().await;
     c.hostpath_class("fast", serde_json::json!({})).await;
     let work = tempfile::tempdir().unwrap();

@@ -81,6 +81,13 @@ pub fn plugin_path(name: &str) -> PathBuf {
     workspace_root().join(format!("target/plugins/{name}.wasm"))
 }
 
+/// A built test guest, without building the C, JavaScript and Python
+/// plugins (every test guest is in Rust).
+pub fn rust_guest_path(name: &str) -> PathBuf {
+    build_rust_components();
+    workspace_root().join(format!("target/test-guests/{name}.wasm"))
+}
+
 /// A built test guest: `target/test-guests/<name>.wasm`.
 pub fn guest_path(name: &str) -> PathBuf {
     build_components();
@@ -276,4 +283,64 @@ where
         );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
+}
+
+/// A control plane of its own for one test (the scenarios change
+/// cluster-wide objects), built on first use and started in seconds.
+pub async fn start_real_cluster() -> test_cluster::Cluster {
+    tokio::task::spawn_blocking(|| test_cluster::Cluster::start(Default::default()))
+        .await
+        .expect("the cluster start task panicked")
+        .unwrap_or_else(|e| panic!("starting a real test cluster: {e}"))
+}
+
+/// A schedulable Node, as kubelet would register it: its hostname label
+/// and room for pods. (No kubelet runs: pods bound to it stay Pending.)
+pub async fn create_node(client: &kube::Client, name: &str) {
+    use k8s_openapi::api::core::v1::Node;
+    let node: Node = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "status": {
+            "capacity": {"cpu": "8", "memory": "32Gi", "pods": "110"},
+            "allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }))
+    .expect("a valid Node");
+    let nodes: kube::Api<Node> = kube::Api::all(client.clone());
+    match nodes.create(&Default::default(), &node).await {
+        Ok(_) => {}
+        // The simulator makes its nodes at start.
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => panic!("create node {name}: {e}"),
+    }
+}
+
+/// A Pod that mounts claim `claim`: what makes the scheduler choose a node
+/// for a WaitForFirstConsumer claim.
+pub async fn create_pod(client: &kube::Client, namespace: &str, name: &str, claim: &str) {
+    use k8s_openapi::api::core::v1::Pod;
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "containers": [{"name": "app", "image": "registry.invalid/app",
+                "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
+        },
+    }))
+    .expect("a valid Pod");
+    kube::Api::<Pod>::namespaced(client.clone(), namespace)
+        .create(&Default::default(), &pod)
+        .await
+        .unwrap_or_else(|e| panic!("create pod {namespace}/{name}: {e}"));
+}
+
+/// The node the scheduler bound pod `name` to, once it has.
+pub async fn pod_node(client: &kube::Client, namespace: &str, name: &str) -> String {
+    use k8s_openapi::api::core::v1::Pod;
+    let pods = kube::Api::<Pod>::namespaced(client.clone(), namespace);
+    eventually(&format!("pod {namespace}/{name} is scheduled"), || async {
+        pods.get(name).await.ok()?.spec?.node_name
+    })
+    .await
 }

@@ -9,6 +9,9 @@
 //!   `write-inside` and `read-inside`.
 //! - `addr` (required by `socket`): `host:port` to connect to.
 //! - `spin-ms` (default `100`): how long `spin` busy-waits.
+//! - `refuse` (for `reschedule`): the only node names (comma-separated) it
+//!   refuses; on any other selected node it provisions. Without it, every
+//!   node is refused.
 //!
 //! Escape attempts (`read-passwd`, `write-outside`, `socket`) answer
 //! `failed("<what>: <error>")` when the sandbox denied them and a volume with the
@@ -191,9 +194,20 @@ impl Guest for Misbehave {
             "fail" => Err(Failed("misbehave: deliberate failure".to_string())),
             "in-background" => Err(InBackground("misbehave: still creating".to_string())),
             "no-change" => Err(NoChange("misbehave: nothing changed".to_string())),
-            "reschedule" => Err(Reschedule(
-                "misbehave: this node cannot host it".to_string(),
-            )),
+            "reschedule" => {
+                let node = request.selected_node.as_ref().map(|n| n.name.as_str());
+                let refused = match param(params, "refuse") {
+                    Some(list) => node.is_some_and(|n| list.split(',').any(|r| r == n)),
+                    None => true,
+                };
+                if refused {
+                    Err(Reschedule(
+                        "misbehave: this node cannot host it".to_string(),
+                    ))
+                } else {
+                    Ok(ok())
+                }
+            }
             "invalid-argument" => Err(InvalidArgument("misbehave: deliberate".to_string())),
 
             other => Err(InvalidArgument(unknown_behavior(other))),

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Builds a real Kubernetes control plane from source through the Go module
+# proxy: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, and
+# the kubectl of the same release (the kubectl on PATH may be several minor
+# versions older than the server, and says so on every call).
+#
+#   tests/cluster/build.sh            # prints the bin directory on stdout
+#
+# Binaries land in target/k8s/<k8s version>/bin (etcd beside them), keyed by
+# version: a second run only checks `--version` and costs well under a second.
+# Go's module and build caches stay where `go env` puts them.
+#
+# Why a wrapper module: k8s.io/kubernetes requires its staging modules
+# (k8s.io/api, k8s.io/client-go, …) at v0.0.0 and maps them to ./staging with
+# `replace`, which is ignored when it is a dependency. The wrapper pins each
+# of them to the published v0.X.Y, read from the published go.mod, never from
+# a hand-kept list. etcd's server module has replaces too (`go install` of it
+# is refused), so it gets a wrapper as well.
+set -euo pipefail
+
+K8S_VERSION=${K8S_VERSION:-1.37.2}
+ETCD_VERSION=${ETCD_VERSION:-3.7.3}   # the etcd that Kubernetes 1.37 ships with
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+out=${WASMPROV_K8S_DIR:-$root/target/k8s/$K8S_VERSION}
+bin=$out/bin
+logs=$out/build-logs
+mkdir -p "$bin" "$logs"
+export CGO_ENABLED=0 GOFLAGS=-mod=mod GOTOOLCHAIN=local
+
+say() { echo "cluster build: $*" >&2; }
+fail() { say "error: $*"; exit 1; }
+command -v go >/dev/null || fail "no 'go' on PATH (Go 1.26 is at /usr/local/go/bin on this machine; add it to PATH)"
+
+# Runs a build step with its output in a log; on failure names the component,
+# the log, and its last lines.
+step() {
+    local component=$1; shift
+    local log=$logs/$component.log
+    if ! "$@" >"$log" 2>&1; then
+        say "building $component failed: $*"
+        tail -n 25 "$log" | sed 's/^/  | /' >&2
+        fail "$component did not build; full log: $log"
+    fi
+}
+
+have_version() { # binary, expected substring of its version
+    local flag=--version
+    [[ ${1##*/} == kubectl ]] && flag="version --client"
+    # shellcheck disable=SC2086
+    [[ -x $1 ]] && "$1" $flag 2>/dev/null | grep -qF -- "$2"
+}
+
+build_etcd() {
+    have_version "$bin/etcd" "etcd Version: $ETCD_VERSION" && return
+    local w=$out/src/etcd
+    mkdir -p "$w"
+    say "etcd v$ETCD_VERSION: building (about a minute on a cold machine)"
+    local t0=$SECONDS
+    (
+        cd "$w"
+        printf 'module local/etcdbin\n\ngo 1.26\n' > go.mod
+        step etcd go get "go.etcd.io/etcd/server/v3@v$ETCD_VERSION"
+        step etcd go build -trimpath -ldflags="-s -w" -o "$bin/etcd" go.etcd.io/etcd/server/v3
+    )
+    have_version "$bin/etcd" "etcd Version: $ETCD_VERSION" \
+        || fail "etcd was built but '$bin/etcd --version' does not say $ETCD_VERSION"
+    say "etcd built in $((SECONDS - t0)) s"
+}
+
+k8s_components=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+
+build_kubernetes() {
+    local missing=()
+    for c in "${k8s_components[@]}"; do
+        have_version "$bin/$c" "v$K8S_VERSION" || missing+=("$c")
+    done
+    [[ ${#missing[@]} -eq 0 ]] && return
+    local w=$out/src/kubernetes staging=v0.${K8S_VERSION#1.} minor
+    minor=$(cut -d. -f2 <<<"$K8S_VERSION")
+    mkdir -p "$w"
+    say "Kubernetes v$K8S_VERSION: building ${missing[*]} (about 8 minutes on a cold 2-core machine)"
+    local t0=$SECONDS
+    (
+        cd "$w"
+        printf 'module local/k8sbin\n\ngo 1.26\n' > go.mod
+        local modfile goline godebug modules
+        modfile=$(go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+        [[ -f $modfile ]] || fail "the Go module proxy did not serve k8s.io/kubernetes@v$K8S_VERSION (set K8S_VERSION to a served release)"
+        # Same go and godebug lines as upstream, so GODEBUG defaults match.
+        goline=$(sed -n 's/^go \([0-9.]*\).*/\1/p' "$modfile")
+        godebug=$(sed -n 's/^godebug \(.*\)$/\1/p' "$modfile")
+        modules=$(sed -n 's|^[[:space:]]*\(k8s.io/[A-Za-z0-9._-]*\) => \./staging/.*|\1|p' "$modfile")
+        [[ -n $modules ]] || fail "no staging replaces found in $modfile"
+        printf 'module local/k8sbin\n\ngo %s\n' "$goline" > go.mod
+        [[ -z $godebug ]] || go mod edit -godebug="$godebug"
+        for m in $modules; do go mod edit -replace="$m=$m@$staging"; done
+        step kubernetes-modules go get "k8s.io/kubernetes@v$K8S_VERSION"
+        # hack/lib/version.sh stamps these; without them /version says
+        # v0.0.0-master and kubectl warns about skew.
+        local ld="-s -w" date
+        date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+        for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+            ld+=" -X $p.gitVersion=v$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
+            ld+=" -X $p.gitTreeState=clean -X $p.buildDate=$date"
+        done
+        for c in "${missing[@]}"; do
+            step "$c" go build -trimpath -tags=selinux,notest,grpcnotrace -ldflags="$ld" \
+                -o "$bin/$c" "k8s.io/kubernetes/cmd/$c"
+        done
+    )
+    for c in "${missing[@]}"; do
+        have_version "$bin/$c" "v$K8S_VERSION" \
+            || fail "$c was built but its version is not v$K8S_VERSION (see $logs/$c.log)"
+    done
+    say "Kubernetes built in $((SECONDS - t0)) s"
+}
+
+build_etcd
+build_kubernetes
+echo "$bin"

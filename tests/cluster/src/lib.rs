@@ -1,0 +1,606 @@
+//! A real Kubernetes control plane on loopback, for end-to-end tests and
+//! benchmarks: etcd, kube-apiserver, kube-controller-manager (PV binder,
+//! PV/PVC protection, garbage collector, namespaces) and kube-scheduler,
+//! built from source by `tests/cluster/build.sh` and started here.
+//!
+//! ```no_run
+//! let cluster = test_cluster::Cluster::start(test_cluster::Options::default())?;
+//! println!("export KUBECONFIG={}", cluster.kubeconfig_path().display());
+//! # Ok::<(), test_cluster::Error>(())
+//! ```
+//!
+//! Authentication is by bearer token (an admin token in `system:masters`,
+//! and real service-account tokens from the TokenRequest API, signed with a
+//! key generated per cluster); authorization is RBAC, as on a real cluster.
+//! Every process dies with the test process, even on a panic or a SIGKILL.
+
+mod pki;
+mod process;
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use process::Component;
+
+/// What can go wrong starting a cluster. Each names the component, its log
+/// file and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("building the control plane failed (tests/cluster/build.sh):\n{0}")]
+    Build(String),
+    #[error("starting {component} ({binary}): {source}")]
+    Spawn {
+        component: &'static str,
+        binary: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "{component} exited ({status}) before it was ready; its log is {log}, ending:\n{tail}"
+    )]
+    Exited {
+        component: &'static str,
+        status: String,
+        log: PathBuf,
+        tail: String,
+    },
+    #[error(
+        "{component} was not ready after {waited:?} ({what}); its log is {log}, ending:\n{tail}"
+    )]
+    NotReady {
+        component: &'static str,
+        waited: Duration,
+        what: String,
+        log: PathBuf,
+        tail: String,
+    },
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{what}: {message}")]
+    Client { what: String, message: String },
+}
+
+/// How to start a cluster.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Directory holding `etcd`, `kube-apiserver`, `kube-controller-manager`
+    /// and `kube-scheduler`. `None`: `$WASMPROV_K8S_BIN` if set, else what
+    /// `tests/cluster/build.sh` builds (cached under `target/k8s/`).
+    pub bin_dir: Option<PathBuf>,
+    /// Where the cluster keeps its data, keys and logs. `None`: a fresh
+    /// directory under `target/test-clusters/`, removed when the cluster
+    /// stops (and by the next start if this process died first).
+    pub dir: Option<PathBuf>,
+    /// The scheduler's VolumeBinding bind timeout: how long a pod waits for
+    /// its WaitForFirstConsumer claims to bind before it is rescheduled
+    /// (Kubernetes' default is 600 s; a test wants a failure sooner).
+    pub bind_timeout: Duration,
+    /// The longest a component may take to become ready.
+    pub ready_timeout: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            bin_dir: None,
+            dir: None,
+            bind_timeout: Duration::from_secs(30),
+            ready_timeout: Duration::from_secs(120),
+        }
+    }
+}
+
+/// The crate's directory: `tests/cluster`.
+fn crate_dir() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The workspace's `target/` (or `$CARGO_TARGET_DIR`).
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| crate_dir().join("../../target"))
+}
+
+/// The control-plane binaries: `$WASMPROV_K8S_BIN`, or built (once, then
+/// cached by version) by `tests/cluster/build.sh`.
+pub fn binaries() -> Result<PathBuf, Error> {
+    if let Some(dir) = std::env::var_os("WASMPROV_K8S_BIN") {
+        return Ok(PathBuf::from(dir));
+    }
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let out = std::process::Command::new("bash")
+                .arg(crate_dir().join("build.sh"))
+                .output()
+                .map_err(|e| format!("cannot run bash: {e}"))?;
+            let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+            if !out.status.success() {
+                return Err(stderr);
+            }
+            let dir = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+            Ok(PathBuf::from(dir))
+        })
+        .clone()
+        .map_err(Error::Build)
+}
+
+/// The admin's bearer token (user `admin`, group `system:masters`).
+pub const ADMIN_TOKEN_USER: &str = "admin";
+
+/// A running control plane. Dropping it stops every process and removes
+/// its directory (unless [`Options::dir`] was given).
+pub struct Cluster {
+    url: String,
+    dir: PathBuf,
+    kubeconfig: PathBuf,
+    ca: PathBuf,
+    admin_token: String,
+    components: Mutex<Vec<Component>>,
+    remove_dir: bool,
+    started_in: Duration,
+}
+
+impl Cluster {
+    /// Starts etcd, kube-apiserver, kube-controller-manager and
+    /// kube-scheduler, and returns once all four are ready. Blocks (use
+    /// `spawn_blocking` in async code that must not stall). A port taken
+    /// meanwhile by someone else is retried on another.
+    pub fn start(options: Options) -> Result<Cluster, Error> {
+        let t0 = Instant::now();
+        let bin = match &options.bin_dir {
+            Some(dir) => dir.clone(),
+            None => binaries()?,
+        };
+        let (dir, remove_dir) = match &options.dir {
+            Some(dir) => (dir.clone(), false),
+            None => (fresh_run_dir()?, true),
+        };
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match start_in(&bin, &dir, &options) {
+                Ok(mut cluster) => {
+                    cluster.remove_dir = remove_dir;
+                    cluster.started_in = t0.elapsed();
+                    return Ok(cluster);
+                }
+                Err(e) if attempt < 3 && port_in_use(&e) => continue,
+                Err(e) => {
+                    if remove_dir {
+                        // Keep the logs the error points at.
+                        eprintln!("test-cluster: logs kept in {}", dir.display());
+                    }
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// `https://127.0.0.1:PORT`
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// A kubeconfig file for the admin (what `kubectl` and `wasmprov run
+    /// --kubeconfig` take).
+    pub fn kubeconfig_path(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// The admin's bearer token.
+    pub fn admin_token(&self) -> &str {
+        &self.admin_token
+    }
+
+    /// The CA that signed the API server's serving certificate.
+    pub fn ca_path(&self) -> &Path {
+        &self.ca
+    }
+
+    /// The cluster's data, keys and logs.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// How long [`Cluster::start`] took.
+    pub fn started_in(&self) -> Duration {
+        self.started_in
+    }
+
+    /// A component's log file: `etcd`, `kube-apiserver`,
+    /// `kube-controller-manager` or `kube-scheduler`.
+    pub fn log_path(&self, component: &str) -> PathBuf {
+        self.dir.join("logs").join(format!("{component}.log"))
+    }
+
+    /// A kubeconfig (YAML) whose user sends `token`.
+    pub fn kubeconfig_with_token(&self, token: &str) -> String {
+        kubeconfig_yaml(&self.url, &self.ca, token)
+    }
+
+    /// An admin kube client. Make one per async runtime: a client's
+    /// connections belong to the runtime that opened them.
+    pub async fn client(&self) -> Result<kube::Client, Error> {
+        client_for(&self.kubeconfig_with_token(&self.admin_token)).await
+    }
+
+    /// A client that sends `token`: e.g. a service account's, from
+    /// [`Cluster::service_account_token`].
+    pub async fn client_with_token(&self, token: &str) -> Result<kube::Client, Error> {
+        client_for(&self.kubeconfig_with_token(token)).await
+    }
+
+    /// A real token for a service account, from the TokenRequest API (what
+    /// kubelet mounts into a pod; `kubectl create token` does the same).
+    pub async fn service_account_token(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<String, Error> {
+        use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+        use k8s_openapi::api::core::v1::ServiceAccount;
+        let client = self.client().await?;
+        let accounts: kube::Api<ServiceAccount> = kube::Api::namespaced(client, namespace);
+        let request = TokenRequest {
+            spec: TokenRequestSpec {
+                audiences: vec![],
+                expiration_seconds: Some(3600),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let answer = accounts
+            .create_token_request(name, &Default::default(), &request)
+            .await
+            .map_err(|e| Error::Client {
+                what: format!("TokenRequest for service account {namespace}/{name}"),
+                message: e.to_string(),
+            })?;
+        answer.status.map(|s| s.token).ok_or_else(|| Error::Client {
+            what: format!("TokenRequest for service account {namespace}/{name}"),
+            message: "the answer has no status.token".into(),
+        })
+    }
+
+    /// Stops every component (scheduler first, etcd last).
+    pub fn stop(&self) {
+        let mut components = self.components.lock().unwrap_or_else(|p| p.into_inner());
+        while let Some(mut c) = components.pop() {
+            c.stop(Duration::from_secs(5));
+        }
+    }
+
+    /// The process ids of the running components, by name.
+    pub fn pids(&self) -> Vec<(&'static str, u32)> {
+        let components = self.components.lock().unwrap_or_else(|p| p.into_inner());
+        components.iter().map(|c| (c.name, c.pid())).collect()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.stop();
+        if self.remove_dir {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// One cluster for the whole test process, started on first use. Tests
+/// sharing it keep to their own namespaces and uniquely named
+/// cluster-scoped objects. Its processes die with the test process.
+pub fn shared() -> &'static Cluster {
+    static SHARED: OnceLock<Cluster> = OnceLock::new();
+    SHARED.get_or_init(|| {
+        // Started on a thread of its own: start() runs a private runtime,
+        // which cannot nest in the calling test's.
+        std::thread::spawn(|| Cluster::start(Options::default()))
+            .join()
+            .expect("the cluster start thread panicked")
+            .unwrap_or_else(|e| panic!("starting the shared test cluster: {e}"))
+    })
+}
+
+fn port_in_use(e: &Error) -> bool {
+    match e {
+        Error::Exited { tail, .. } | Error::NotReady { tail, .. } => {
+            tail.contains("address already in use")
+        }
+        _ => false,
+    }
+}
+
+/// `target/test-clusters/run-<pid>-<n>`, after removing the directories of
+/// runs whose process is gone (a process killed before its destructors ran).
+fn fresh_run_dir() -> Result<PathBuf, Error> {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let parent = target_dir().join("test-clusters");
+    if let Ok(entries) = std::fs::read_dir(&parent) {
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let pid = name.strip_prefix("run-").and_then(|r| r.split('-').next());
+            if let Some(pid) = pid {
+                if !Path::new("/proc").join(pid).exists() {
+                    let _ = std::fs::remove_dir_all(entry.path());
+                }
+            }
+        }
+    }
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = parent.join(format!("run-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(|e| Error::Io {
+        what: format!("create {}", dir.display()),
+        source: e,
+    })?;
+    Ok(dir)
+}
+
+fn free_port() -> Result<u16, Error> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| Error::Io {
+            what: "find a free loopback port".into(),
+            source: e,
+        })
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
+    let what = what.into();
+    move |source| Error::Io { what, source }
+}
+
+fn write(path: &Path, contents: &str) -> Result<(), Error> {
+    std::fs::write(path, contents).map_err(io(format!("write {}", path.display())))
+}
+
+fn kubeconfig_yaml(url: &str, ca: &Path, token: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: test-cluster\n  cluster:\n    server: {url}\n    certificate-authority: {ca}\ncontexts:\n- name: test-cluster\n  context:\n    cluster: test-cluster\n    namespace: default\n    user: test-cluster\ncurrent-context: test-cluster\nusers:\n- name: test-cluster\n  user:\n    token: {token:?}\n",
+        ca = ca.display()
+    )
+}
+
+async fn client_for(kubeconfig: &str) -> Result<kube::Client, Error> {
+    let failed = |message: String| Error::Client {
+        what: "building a kube client for the test cluster".into(),
+        message,
+    };
+    let kubeconfig =
+        kube::config::Kubeconfig::from_yaml(kubeconfig).map_err(|e| failed(e.to_string()))?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .map_err(|e| failed(e.to_string()))?;
+    kube::Client::try_from(config).map_err(|e| failed(e.to_string()))
+}
+
+/// One try at starting the four components in `dir` on fresh ports.
+fn start_in(bin: &Path, dir: &Path, options: &Options) -> Result<Cluster, Error> {
+    let logs = dir.join("logs");
+    let data = dir.join("etcd");
+    let _ = std::fs::remove_dir_all(&data);
+    std::fs::create_dir_all(&logs).map_err(io(format!("create {}", logs.display())))?;
+
+    let keys = pki::generate(dir)?;
+    let admin_token = pki::random_token()?;
+    let tokens = dir.join("tokens.csv");
+    write(
+        &tokens,
+        &format!("{admin_token},{ADMIN_TOKEN_USER},{ADMIN_TOKEN_USER},\"system:masters\"\n"),
+    )?;
+
+    let etcd_port = free_port()?;
+    let peer_port = free_port()?;
+    let api_port = free_port()?;
+    let url = format!("https://127.0.0.1:{api_port}");
+    let kubeconfig = dir.join("kubeconfig");
+    write(&kubeconfig, &kubeconfig_yaml(&url, &keys.ca, &admin_token))?;
+
+    let mut components = Vec::new();
+    let s = |p: &Path| p.display().to_string();
+    let etcd_url = format!("http://127.0.0.1:{etcd_port}");
+    components.push(Component::spawn(
+        "etcd",
+        &bin.join("etcd"),
+        &[
+            format!("--data-dir={}", s(&data)),
+            format!("--listen-client-urls={etcd_url}"),
+            format!("--advertise-client-urls={etcd_url}"),
+            format!("--listen-peer-urls=http://127.0.0.1:{peer_port}"),
+            format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}"),
+            format!("--initial-cluster=default=http://127.0.0.1:{peer_port}"),
+            // Test data: durability is not worth an fsync per write.
+            "--unsafe-no-fsync".into(),
+            "--log-level=warn".into(),
+        ],
+        logs.join("etcd.log"),
+    )?);
+
+    components.push(Component::spawn(
+        "kube-apiserver",
+        &bin.join("kube-apiserver"),
+        &[
+            format!("--etcd-servers={etcd_url}"),
+            "--bind-address=127.0.0.1".into(),
+            // Without it the server looks for a default route, which a
+            // sandbox may not have, to pick the address it advertises.
+            "--advertise-address=127.0.0.1".into(),
+            "--endpoint-reconciler-type=none".into(),
+            format!("--secure-port={api_port}"),
+            format!("--tls-cert-file={}", s(&keys.serving_cert)),
+            format!("--tls-private-key-file={}", s(&keys.serving_key)),
+            format!("--token-auth-file={}", s(&tokens)),
+            "--authorization-mode=RBAC".into(),
+            "--service-cluster-ip-range=10.96.0.0/16".into(),
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+            format!(
+                "--service-account-key-file={}",
+                s(&keys.service_account_public)
+            ),
+            format!(
+                "--service-account-signing-key-file={}",
+                s(&keys.service_account_private)
+            ),
+            // No kubelet or node-lifecycle controller runs: the taint that
+            // TaintNodesByCondition puts on new nodes would never go, and
+            // no controller makes the `default` service account a pod needs.
+            "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition".into(),
+            "--allow-privileged=true".into(),
+            "--profiling=false".into(),
+            "--v=1".into(),
+        ],
+        logs.join("kube-apiserver.log"),
+    )?);
+
+    let mut cluster = Cluster {
+        url,
+        dir: dir.to_owned(),
+        kubeconfig: kubeconfig.clone(),
+        ca: keys.ca.clone(),
+        admin_token,
+        components: Mutex::new(components),
+        remove_dir: false,
+        started_in: Duration::ZERO,
+    };
+    cluster.wait(
+        "kube-apiserver",
+        options.ready_timeout,
+        "GET /readyz",
+        |c| {
+            Box::pin(async move {
+                c.request_text(http::Request::get("/readyz").body(vec![]).unwrap())
+                    .await
+                    .is_ok()
+            })
+        },
+    )?;
+
+    let controllers = [
+        "persistentvolume-binder-controller",
+        "persistentvolume-protection-controller",
+        "persistentvolumeclaim-protection-controller",
+        "ephemeral-volume-controller",
+        "garbage-collector-controller",
+        "namespace-controller",
+    ];
+    let kcm = Component::spawn(
+        "kube-controller-manager",
+        &bin.join("kube-controller-manager"),
+        &[
+            format!("--kubeconfig={}", s(&kubeconfig)),
+            format!("--controllers={}", controllers.join(",")),
+            "--use-service-account-credentials=false".into(),
+            // No HTTPS endpoint: nothing scrapes it and it would need a port.
+            "--secure-port=0".into(),
+            "--v=2".into(),
+        ],
+        logs.join("kube-controller-manager.log"),
+    )?;
+    cluster.components.get_mut().unwrap().push(kcm);
+
+    let scheduler_config = dir.join("scheduler.yaml");
+    write(
+        &scheduler_config,
+        &format!(
+            "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nclientConnection:\n  kubeconfig: {kc}\nprofiles:\n- schedulerName: default-scheduler\n  pluginConfig:\n  - name: VolumeBinding\n    args:\n      bindTimeoutSeconds: {timeout}\n",
+            kc = s(&kubeconfig),
+            timeout = options.bind_timeout.as_secs().max(1),
+        ),
+    )?;
+    let scheduler = Component::spawn(
+        "kube-scheduler",
+        &bin.join("kube-scheduler"),
+        &[
+            format!("--config={}", s(&scheduler_config)),
+            "--secure-port=0".into(),
+            "--v=2".into(),
+        ],
+        logs.join("kube-scheduler.log"),
+    )?;
+    cluster.components.get_mut().unwrap().push(scheduler);
+
+    // Both take their leader-election Lease once their clients work and
+    // before they start their controllers: a Lease held is a component up.
+    for component in ["kube-controller-manager", "kube-scheduler"] {
+        cluster.wait(
+            component,
+            options.ready_timeout,
+            &format!("its Lease kube-system/{component} to be held"),
+            move |c| {
+                Box::pin(async move {
+                    use k8s_openapi::api::coordination::v1::Lease;
+                    let leases: kube::Api<Lease> = kube::Api::namespaced(c, "kube-system");
+                    matches!(
+                        leases.get_opt(component).await,
+                        Ok(Some(lease)) if lease.spec.as_ref().and_then(|s| s.holder_identity.as_ref()).is_some()
+                    )
+                })
+            },
+        )?;
+    }
+    Ok(cluster)
+}
+
+impl Cluster {
+    /// Polls `ready` with an admin client until it holds, failing as soon
+    /// as any component exits and after `limit` at most.
+    fn wait<F>(
+        &mut self,
+        component: &'static str,
+        limit: Duration,
+        what: &str,
+        ready: F,
+    ) -> Result<(), Error>
+    where
+        F: Fn(kube::Client) -> Pin<Box<dyn Future<Output = bool> + Send>>,
+    {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(io("start a runtime to wait for the test cluster"))?;
+        let kubeconfig = self.kubeconfig_with_token(&self.admin_token);
+        let client = runtime.block_on(client_for(&kubeconfig))?;
+        let deadline = Instant::now() + limit;
+        loop {
+            for c in self.components.get_mut().unwrap().iter_mut() {
+                if let Some(status) = c.exited() {
+                    return Err(Error::Exited {
+                        component: c.name,
+                        status: status.to_string(),
+                        log: c.log.clone(),
+                        tail: c.log_tail(20),
+                    });
+                }
+            }
+            let ok = runtime.block_on(async {
+                tokio::time::timeout(Duration::from_secs(5), ready(client.clone()))
+                    .await
+                    .unwrap_or(false)
+            });
+            if ok {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                let log = self.log_path(component);
+                return Err(Error::NotReady {
+                    component,
+                    waited: limit,
+                    what: what.to_owned(),
+                    tail: process::log_tail(&log, 20),
+                    log,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}

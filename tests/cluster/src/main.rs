@@ -1,0 +1,73 @@
+//! `test-cluster`: starts the real control plane for a person, prints how
+//! to point kubectl and `wasmprov run` at it, and stops it on Ctrl-C.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+/// Start a Kubernetes control plane (etcd, kube-apiserver,
+/// kube-controller-manager, kube-scheduler) on loopback, built from source
+/// on first use (tests/cluster/build.sh, 20-30 minutes once, then cached).
+#[derive(Parser)]
+#[command(name = "test-cluster")]
+struct Args {
+    /// Directory for the cluster's data, keys, kubeconfig and logs
+    /// [default: target/test-cluster]
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// How long a pod waits for its WaitForFirstConsumer claims to bind
+    /// before the scheduler tries again (VolumeBinding bindTimeoutSeconds)
+    #[arg(long, default_value = "30s", value_parser = parse_seconds)]
+    bind_timeout: Duration,
+}
+
+fn parse_seconds(s: &str) -> Result<Duration, String> {
+    s.strip_suffix('s')
+        .unwrap_or(s)
+        .parse::<u64>()
+        .map(Duration::from_secs)
+        .map_err(|_| format!("{s:?} is not a number of seconds such as 30s"))
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let dir = args
+        .dir
+        .unwrap_or_else(|| test_cluster::target_dir().join("test-cluster"));
+    std::fs::create_dir_all(&dir)?;
+    let dir = dir.canonicalize()?;
+    eprintln!("starting the control plane in {}", dir.display());
+    let cluster = test_cluster::Cluster::start(test_cluster::Options {
+        dir: Some(dir),
+        bind_timeout: args.bind_timeout,
+        ..Default::default()
+    })?;
+    let kubeconfig = cluster.kubeconfig_path().display();
+    println!(
+        "control plane ready at {} in {:.1} s; logs in {}",
+        cluster.url(),
+        cluster.started_in().as_secs_f64(),
+        cluster.dir().join("logs").display()
+    );
+    println!();
+    println!("  export KUBECONFIG={kubeconfig}");
+    println!("  kubectl get --raw /version");
+    println!("  cargo run -p wasmprov -- run --kubeconfig {kubeconfig} --plugins-dir target/plugins --metrics-address 127.0.0.1:8080");
+    println!();
+    println!("Ctrl-C stops it.");
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(async {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+            tokio::select! {
+                r = tokio::signal::ctrl_c() => r,
+                _ = term.recv() => Ok(()),
+            }
+        })?;
+    eprintln!("stopping");
+    cluster.stop();
+    Ok(())
+}
