@@ -40,8 +40,9 @@ use wasmprov::runtime::PolicySet;
 
 /// The manifest `wasmprov plugin pack` generates (gitignored).
 const GENERATED: &str = "plugin-hostpath.yaml";
-/// The bearer token the host's replicas send, so the simulator's request log
-/// tells their requests from the test's own.
+/// The user the host's replicas are: on the real server their
+/// ServiceAccount; the simulator authenticates nobody, so they send this as
+/// their bearer token and its request log tells their requests apart.
 const HOST_TOKEN: &str = "system:serviceaccount:wasmprov:wasmprov";
 const NODE: &str = "worker-1";
 
@@ -1289,7 +1290,7 @@ fn describe(r: &kube_sim::ApiRequest) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rbac_allows_exactly_the_calls_the_host_makes() {
-    the_host_calls_exactly_what_rbac_allows(all_objects(), false).await;
+    the_host_calls_exactly_what_rbac_allows(Server::Simulated, false).await;
 }
 
 /// The same with the API source enabled (deploy/api-source/): the host
@@ -1297,19 +1298,149 @@ async fn rbac_allows_exactly_the_calls_the_host_makes() {
 /// provisions with it, and swaps in a new version applied to the ConfigMap.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rbac_with_the_api_source_allows_exactly_the_calls_the_host_makes() {
-    the_host_calls_exactly_what_rbac_allows(build(true), true).await;
+    the_host_calls_exactly_what_rbac_allows(Server::Simulated, true).await;
 }
 
-/// Runs two replicas of the Deployment in `objects` through the scenario
-/// and fails on any call the RBAC objects do not allow and on any rule the
-/// host never used.
-async fn the_host_calls_exactly_what_rbac_allows(objects: Vec<Object>, api_source: bool) {
+/// On a real control plane: `kubectl apply --server-side -k deploy/`, the
+/// replicas authenticated by their ServiceAccount's own token (TokenRequest)
+/// and authorized by the real RBAC authorizer, their requests read from the
+/// API server's audit log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_real_cluster_rbac_allows_exactly_the_calls_the_host_makes() {
+    the_host_calls_exactly_what_rbac_allows(Server::Real, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_real_cluster_rbac_with_the_api_source_allows_exactly_the_calls_the_host_makes() {
+    the_host_calls_exactly_what_rbac_allows(Server::Real, true).await;
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Server {
+    Simulated,
+    Real,
+}
+
+/// The API server a scenario runs on.
+enum Cluster {
+    Simulated(kube_sim::Simulator),
+    /// With its audit log: the requests it answered, by user.
+    Real(test_cluster::Cluster),
+}
+
+impl Cluster {
+    async fn start(server: Server) -> (Cluster, Client) {
+        match server {
+            Server::Simulated => {
+                let (sim, client) = simulator().await;
+                (Cluster::Simulated(sim), client)
+            }
+            Server::Real => {
+                let cluster = tokio::task::spawn_blocking(|| {
+                    test_cluster::Cluster::start(test_cluster::Options {
+                        audit: true,
+                        ..Default::default()
+                    })
+                })
+                .await
+                .unwrap()
+                .unwrap_or_else(|e| panic!("starting a real test cluster: {e}"));
+                let client = cluster.client().await.unwrap();
+                support::create_node(&client, NODE).await;
+                (Cluster::Real(cluster), client)
+            }
+        }
+    }
+
+    /// Installs deploy/ as a user does: on the real server with `kubectl
+    /// apply --server-side -k`; on the simulator object by object.
+    async fn install(&self, client: &Client, api_source: bool) -> Vec<Object> {
+        match self {
+            Cluster::Simulated(_) => {
+                let objects = if api_source {
+                    build(true)
+                } else {
+                    all_objects()
+                };
+                apply_all(client, &objects).await;
+                objects
+            }
+            Cluster::Real(cluster) => {
+                let dir = deploy_copy(api_source);
+                let deploy = dir.path().join("deploy");
+                let out = cluster
+                    .kubectl()
+                    .args(["apply", "--server-side", "-k"])
+                    .arg(&deploy)
+                    .output()
+                    .unwrap();
+                assert!(
+                    out.status.success(),
+                    "kubectl apply --server-side -k deploy/: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                kustomize(&deploy).unwrap()
+            }
+        }
+    }
+
+    /// A kubeconfig for the host's replicas: on the real server the
+    /// ServiceAccount's own token, as kubelet would mount it.
+    async fn host_kubeconfig(&self, ns: &str, service_account: &str) -> String {
+        match self {
+            Cluster::Simulated(sim) => sim.kubeconfig_with_token(HOST_TOKEN),
+            Cluster::Real(cluster) => {
+                let token = cluster
+                    .service_account_token(ns, service_account)
+                    .await
+                    .unwrap();
+                cluster.kubeconfig_with_token(&token)
+            }
+        }
+    }
+
+    /// The host's resource requests so far.
+    fn host_requests(&self) -> Vec<kube_sim::ApiRequest> {
+        let all = match self {
+            Cluster::Simulated(sim) => sim.requests(),
+            Cluster::Real(cluster) => cluster
+                .audit_events()
+                .into_iter()
+                .map(|e| kube_sim::ApiRequest {
+                    user: e.user,
+                    verb: e.verb,
+                    api_group: e.api_group,
+                    resource: e.resource,
+                    subresource: e.subresource,
+                    namespace: e.namespace,
+                    name: e.name,
+                })
+                .collect(),
+        };
+        all.into_iter().filter(|r| r.user == HOST_TOKEN).collect()
+    }
+
+    /// What makes the scheduler pick a node for a WaitForFirstConsumer
+    /// claim: a pod using it (the real scheduler), or the test as the
+    /// scheduler (the simulator).
+    async fn use_claim_in_a_pod(&self, client: &Client, ns: &str, claim: &str) {
+        match self {
+            Cluster::Simulated(sim) => sim.schedule_claim(ns, claim, NODE).await.unwrap(),
+            Cluster::Real(_) => support::create_pod(client, ns, claim, claim).await,
+        }
+    }
+}
+
+/// Runs two replicas of the Deployment of deploy/ (with or without the API
+/// source) through the scenario and fails on any call the RBAC objects do
+/// not allow and on any rule the host never used.
+async fn the_host_calls_exactly_what_rbac_allows(server: Server, api_source: bool) {
     // One scenario at a time: four replicas compiling and provisioning at
     // once on a small machine only make the test slower to fail.
     static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     let _one = ONE_AT_A_TIME.lock().await;
-    let (sim, client) = simulator().await;
-    apply_all(&client, &objects).await;
+    let (cluster, client) = Cluster::start(server).await;
+    let objects = cluster.install(&client, api_source).await;
     let ns = namespace();
     assert_eq!(container_sa(&objects), "wasmprov");
     assert_eq!(HOST_TOKEN, format!("system:serviceaccount:{ns}:wasmprov"));
@@ -1318,7 +1449,11 @@ async fn the_host_calls_exactly_what_rbac_allows(objects: Vec<Object>, api_sourc
     let d: Deployment = one(&objects, "Deployment").typed();
     let node = tempfile::tempdir().unwrap();
     let kubeconfig = node.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, sim.kubeconfig_with_token(HOST_TOKEN)).unwrap();
+    std::fs::write(
+        &kubeconfig,
+        cluster.host_kubeconfig(&ns, &container_sa(&objects)).await,
+    )
+    .unwrap();
     let mut pods = Vec::new();
     let mut hosts = Vec::new();
     for name in ["wasmprov-7d4f-a", "wasmprov-7d4f-b"] {
@@ -1402,7 +1537,7 @@ async fn the_host_calls_exactly_what_rbac_allows(objects: Vec<Object>, api_sourc
         .create(&pp, &claim("local", "hostpath-local"))
         .await
         .unwrap();
-    sim.schedule_claim(&ns, "local", NODE).await.unwrap();
+    cluster.use_claim_in_a_pod(&client, &ns, "local").await;
     let local_pv = volumes.get(&bound("local").await).await.unwrap();
     assert!(serde_json::to_string(&local_pv.spec.unwrap().node_affinity)
         .unwrap()
@@ -1429,9 +1564,10 @@ async fn the_host_calls_exactly_what_rbac_allows(objects: Vec<Object>, api_sourc
     // A claim of a class the host has not seen yet: looked up directly.
     claims.create(&pp, &claim("early", "late")).await.unwrap();
     eventually("the host looks the missing class up", || async {
-        sim.requests()
+        cluster
+            .host_requests()
             .iter()
-            .any(|r| r.user == HOST_TOKEN && r.resource == "storageclasses" && r.name == "late")
+            .any(|r| r.resource == "storageclasses" && r.name == "late")
             .then_some(())
     })
     .await;
@@ -1503,11 +1639,10 @@ async fn the_host_calls_exactly_what_rbac_allows(objects: Vec<Object>, api_sourc
 
     // Every call the host made is allowed; every rule was needed.
     let grants = grants(&objects, &ns);
-    let requests: Vec<kube_sim::ApiRequest> = sim
-        .requests()
-        .into_iter()
-        .filter(|r| r.user == HOST_TOKEN)
-        .collect();
+    let requests = cluster.host_requests();
+    if let Cluster::Real(real) = &cluster {
+        denied_outside_its_roles(real, &ns, &container_sa(&objects)).await;
+    }
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
     for r in &requests {
         let key = format!(
@@ -1548,6 +1683,51 @@ async fn the_host_calls_exactly_what_rbac_allows(objects: Vec<Object>, api_sourc
         "the RBAC objects (deploy/rbac.yaml{}) grant what the host never did (remove it, or exercise it):\n{}",
         if api_source { ", deploy/api-source/rbac.yaml" } else { "" },
         unused.join("\n")
+    );
+}
+
+/// The real RBAC authorizer refuses the host's ServiceAccount what its
+/// roles do not grant: reading Secrets, deleting a StorageClass, making Pods.
+async fn denied_outside_its_roles(cluster: &test_cluster::Cluster, ns: &str, sa: &str) {
+    use k8s_openapi::api::core::v1::{Pod, Secret};
+    let token = cluster.service_account_token(ns, sa).await.unwrap();
+    let host = cluster.client_with_token(&token).await.unwrap();
+    let forbidden = |what: &str, result: Result<(), kube::Error>| match result {
+        Err(kube::Error::Api(e)) if e.code == 403 => {
+            assert!(
+                e.message
+                    .contains(&format!("system:serviceaccount:{ns}:{sa}")),
+                "{what}: {}",
+                e.message
+            );
+        }
+        other => panic!("{what}: expected 403 Forbidden, got {other:?}"),
+    };
+    forbidden(
+        "list secrets",
+        Api::<Secret>::all(host.clone())
+            .list(&Default::default())
+            .await
+            .map(drop),
+    );
+    forbidden(
+        "delete storageclass hostpath",
+        Api::<StorageClass>::all(host.clone())
+            .delete("hostpath", &DeleteParams::default())
+            .await
+            .map(drop),
+    );
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "escape"},
+        "spec": {"containers": [{"name": "c", "image": "registry.invalid/x"}]},
+    }))
+    .unwrap();
+    forbidden(
+        "create pod",
+        Api::<Pod>::namespaced(host, ns)
+            .create(&PostParams::default(), &pod)
+            .await
+            .map(drop),
     );
 }
 

@@ -84,6 +84,11 @@ pub struct Options {
     pub bind_timeout: Duration,
     /// The longest a component may take to become ready.
     pub ready_timeout: Duration,
+    /// Have the API server log every resource request (who, verb, object,
+    /// answer) for [`Cluster::audit_events`]: the ground truth of what a
+    /// client did, e.g. to check its RBAC rules. Off by default: it writes a
+    /// line per request.
+    pub audit: bool,
 }
 
 impl Default for Options {
@@ -93,6 +98,7 @@ impl Default for Options {
             dir: None,
             bind_timeout: Duration::from_secs(30),
             ready_timeout: Duration::from_secs(120),
+            audit: false,
         }
     }
 }
@@ -140,6 +146,7 @@ pub const ADMIN_TOKEN_USER: &str = "admin";
 /// its directory (unless [`Options::dir`] was given).
 pub struct Cluster {
     url: String,
+    bin: PathBuf,
     dir: PathBuf,
     kubeconfig: PathBuf,
     ca: PathBuf,
@@ -147,6 +154,50 @@ pub struct Cluster {
     components: Mutex<Vec<Component>>,
     remove_dir: bool,
     started_in: Duration,
+    audit: bool,
+}
+
+/// One resource request from the API server's audit log, in the terms RBAC
+/// uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditEvent {
+    /// The authenticated user, e.g. `system:serviceaccount:NS:NAME`.
+    pub user: String,
+    /// get, list, watch, create, update, patch, delete, deletecollection.
+    pub verb: String,
+    /// `""` for the core group.
+    pub api_group: String,
+    pub resource: String,
+    pub subresource: String,
+    /// `""` for cluster-scoped objects and requests across namespaces.
+    pub namespace: String,
+    /// `""` for collection requests.
+    pub name: String,
+    /// The HTTP status of the answer.
+    pub code: u16,
+}
+
+impl AuditEvent {
+    /// A resource request that was answered (a long-running one such as a
+    /// watch as soon as its answer starts); None for non-resource requests
+    /// such as discovery.
+    fn from_json(e: &serde_json::Value) -> Option<AuditEvent> {
+        if e["stage"] != "ResponseComplete" && e["stage"] != "ResponseStarted" {
+            return None;
+        }
+        let object = e.get("objectRef")?;
+        let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
+        Some(AuditEvent {
+            user: text(&e["user"]["username"]),
+            verb: text(&e["verb"]),
+            api_group: text(&object["apiGroup"]),
+            resource: text(&object["resource"]),
+            subresource: text(&object["subresource"]),
+            namespace: text(&object["namespace"]),
+            name: text(&object["name"]),
+            code: e["responseStatus"]["code"].as_u64().unwrap_or(0) as u16,
+        })
+    }
 }
 
 impl Cluster {
@@ -170,6 +221,7 @@ impl Cluster {
             match start_in(&bin, &dir, &options) {
                 Ok(mut cluster) => {
                     cluster.remove_dir = remove_dir;
+                    cluster.audit = options.audit;
                     cluster.started_in = t0.elapsed();
                     return Ok(cluster);
                 }
@@ -222,6 +274,19 @@ impl Cluster {
         self.dir.join("logs").join(format!("{component}.log"))
     }
 
+    /// `kubectl --kubeconfig KUBECONFIG` of the same release as the server
+    /// (from the bin directory when it has one, else from PATH).
+    pub fn kubectl(&self) -> std::process::Command {
+        let built = self.bin.join("kubectl");
+        let mut command = std::process::Command::new(if built.exists() {
+            built
+        } else {
+            PathBuf::from("kubectl")
+        });
+        command.arg("--kubeconfig").arg(&self.kubeconfig);
+        command
+    }
+
     /// A kubeconfig (YAML) whose user sends `token`.
     pub fn kubeconfig_with_token(&self, token: &str) -> String {
         kubeconfig_yaml(&self.url, &self.ca, token)
@@ -269,6 +334,26 @@ impl Cluster {
             what: format!("TokenRequest for service account {namespace}/{name}"),
             message: "the answer has no status.token".into(),
         })
+    }
+
+    /// Every resource request the API server has answered so far, in order
+    /// ([`Options::audit`] must be on; panics otherwise, as an empty list
+    /// would pass any check).
+    pub fn audit_events(&self) -> Vec<AuditEvent> {
+        let path = self.dir.join("audit.log");
+        assert!(
+            self.audit,
+            "test_cluster::Options::audit is off: nothing was recorded"
+        );
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        // A watch is logged when its response starts and again when it
+        // ends; other requests once, when complete.
+        let mut seen = std::collections::HashSet::new();
+        text.lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .filter(|e| seen.insert(e["auditID"].as_str().unwrap_or_default().to_owned()))
+            .filter_map(|e| AuditEvent::from_json(&e))
+            .collect()
     }
 
     /// Stops every component (scheduler first, etcd last).
@@ -426,44 +511,67 @@ fn start_in(bin: &Path, dir: &Path, options: &Options) -> Result<Cluster, Error>
         logs.join("etcd.log"),
     )?);
 
+    let mut audit_flags = Vec::new();
+    if options.audit {
+        let policy = dir.join("audit-policy.yaml");
+        write(
+            &policy,
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n",
+        )?;
+        let log = dir.join("audit.log");
+        let _ = std::fs::remove_file(&log);
+        audit_flags = vec![
+            format!("--audit-policy-file={}", s(&policy)),
+            format!("--audit-log-path={}", s(&log)),
+            "--audit-log-format=json".into(),
+            // Each event written before the request completes, so a test
+            // that saw the answer finds the event.
+            "--audit-log-mode=blocking".into(),
+        ];
+    }
     components.push(Component::spawn(
         "kube-apiserver",
         &bin.join("kube-apiserver"),
         &[
-            format!("--etcd-servers={etcd_url}"),
-            "--bind-address=127.0.0.1".into(),
-            // Without it the server looks for a default route, which a
-            // sandbox may not have, to pick the address it advertises.
-            "--advertise-address=127.0.0.1".into(),
-            "--endpoint-reconciler-type=none".into(),
-            format!("--secure-port={api_port}"),
-            format!("--tls-cert-file={}", s(&keys.serving_cert)),
-            format!("--tls-private-key-file={}", s(&keys.serving_key)),
-            format!("--token-auth-file={}", s(&tokens)),
-            "--authorization-mode=RBAC".into(),
-            "--service-cluster-ip-range=10.96.0.0/16".into(),
-            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
-            format!(
-                "--service-account-key-file={}",
-                s(&keys.service_account_public)
-            ),
-            format!(
-                "--service-account-signing-key-file={}",
-                s(&keys.service_account_private)
-            ),
-            // No kubelet or node-lifecycle controller runs: the taint that
-            // TaintNodesByCondition puts on new nodes would never go, and
-            // no controller makes the `default` service account a pod needs.
-            "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition".into(),
-            "--allow-privileged=true".into(),
-            "--profiling=false".into(),
-            "--v=1".into(),
-        ],
+            audit_flags,
+            vec![format!("--etcd-servers={etcd_url}")],
+            vec![
+                "--bind-address=127.0.0.1".into(),
+                // Without it the server looks for a default route, which a
+                // sandbox may not have, to pick the address it advertises.
+                "--advertise-address=127.0.0.1".into(),
+                "--endpoint-reconciler-type=none".into(),
+                format!("--secure-port={api_port}"),
+                format!("--tls-cert-file={}", s(&keys.serving_cert)),
+                format!("--tls-private-key-file={}", s(&keys.serving_key)),
+                format!("--token-auth-file={}", s(&tokens)),
+                "--authorization-mode=RBAC".into(),
+                "--service-cluster-ip-range=10.96.0.0/16".into(),
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+                format!(
+                    "--service-account-key-file={}",
+                    s(&keys.service_account_public)
+                ),
+                format!(
+                    "--service-account-signing-key-file={}",
+                    s(&keys.service_account_private)
+                ),
+                // No kubelet or node-lifecycle controller runs: the taint that
+                // TaintNodesByCondition puts on new nodes would never go, and
+                // no controller makes the `default` service account a pod needs.
+                "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition".into(),
+                "--allow-privileged=true".into(),
+                "--profiling=false".into(),
+                "--v=1".into(),
+            ],
+        ]
+        .concat(),
         logs.join("kube-apiserver.log"),
     )?);
 
     let mut cluster = Cluster {
         url,
+        bin: bin.to_owned(),
         dir: dir.to_owned(),
         kubeconfig: kubeconfig.clone(),
         ca: keys.ca.clone(),
@@ -471,6 +579,7 @@ fn start_in(bin: &Path, dir: &Path, options: &Options) -> Result<Cluster, Error>
         components: Mutex::new(components),
         remove_dir: false,
         started_in: Duration::ZERO,
+        audit: false,
     };
     cluster.wait(
         "kube-apiserver",
