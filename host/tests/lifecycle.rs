@@ -26,6 +26,8 @@ use wasmprov::runtime::{PolicySet, Runtime, RuntimeConfig};
 const PROVISIONER: &str = "wasmprov.io/host";
 const NODE: &str = "worker-1";
 const CLAIM_FINALIZER: &str = "wasmprov.io/provisioning";
+/// The webhook configuration that makes volume saves fail on the real server.
+const SAVE_BLOCKER: &str = "block-volume-saves";
 
 /// Which API server a scenario runs against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,6 +76,9 @@ on_both_servers!(
     a_volume_being_deleted_is_not_taken_for_the_claims_own,
     with_the_finalizer_a_deleted_bound_volume_keeps_its_storage_until_released,
     a_failed_delete_keeps_the_volume_and_says_why,
+    a_volume_that_cannot_be_saved_is_cleaned_up_then_provisioned_when_the_api_recovers,
+    a_host_killed_mid_provision_and_restarted_leaves_one_volume_per_claim_and_no_leak,
+    with_the_claim_finalizer_a_claim_deleted_while_the_host_is_down_leaves_no_storage,
     a_claim_that_keeps_failing_is_given_up_with_an_event_saying_how_to_retry,
     a_volume_that_keeps_failing_to_delete_is_given_up_with_an_event,
 );
@@ -206,6 +211,92 @@ impl Cluster {
         match &self.api {
             ApiServer::Simulated(sim) => sim.schedule_claim("default", claim, NODE).await.unwrap(),
             ApiServer::Real(_) => create_pod(&self.client, "default", claim, claim).await,
+        }
+    }
+
+    /// Every PersistentVolume create fails with 500 from now on. On the
+    /// real server that is an admission webhook that cannot be reached
+    /// (failurePolicy Fail): the API server's own InternalError.
+    async fn fail_volume_saves(&self) {
+        match &self.api {
+            ApiServer::Simulated(sim) => sim.faults().fail_requests(
+                kube_sim::FailureRule::new(1.0, kube_sim::FailWith::Internal)
+                    .verbs(&["create"])
+                    .resources(&["persistentvolumes"]),
+            ),
+            ApiServer::Real(_) => {
+                use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+                let unreachable = support::free_port();
+                let webhook: ValidatingWebhookConfiguration = serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": SAVE_BLOCKER},
+                    "webhooks": [{
+                        "name": "block.volume-saves.test",
+                        "clientConfig": {"url": format!("https://127.0.0.1:{unreachable}/")},
+                        "rules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                   "operations": ["CREATE"], "resources": ["persistentvolumes"]}],
+                        "failurePolicy": "Fail",
+                        "sideEffects": "None",
+                        "admissionReviewVersions": ["v1"],
+                        "timeoutSeconds": 1,
+                    }],
+                }))
+                .unwrap();
+                Api::<ValidatingWebhookConfiguration>::all(self.client.clone())
+                    .create(&PostParams::default(), &webhook)
+                    .await
+                    .unwrap();
+                // Admission picks up a new webhook within a moment: wait
+                // until a volume create is refused.
+                let volumes = self.volumes();
+                eventually("volume creates fail", || async {
+                    let probe: PersistentVolume = serde_json::from_value(serde_json::json!({
+                        "metadata": {"name": "save-blocker-probe"},
+                        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                                 "hostPath": {"path": "/nonexistent"}},
+                    }))
+                    .unwrap();
+                    match volumes.create(&PostParams::default(), &probe).await {
+                        Err(kube::Error::Api(e)) if e.code == 500 => Some(()),
+                        Ok(_) => {
+                            let _ = volumes
+                                .delete("save-blocker-probe", &DeleteParams::default())
+                                .await;
+                            None
+                        }
+                        Err(_) => None,
+                    }
+                })
+                .await;
+            }
+        }
+    }
+
+    /// Undoes [`Cluster::fail_volume_saves`].
+    async fn allow_volume_saves(&self) {
+        match &self.api {
+            ApiServer::Simulated(sim) => sim.faults().clear(),
+            ApiServer::Real(_) => {
+                use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+                Api::<ValidatingWebhookConfiguration>::all(self.client.clone())
+                    .delete(SAVE_BLOCKER, &DeleteParams::default())
+                    .await
+                    .unwrap();
+            }
+        }
+    }
+
+    /// Freezes the API server: requests hang until [`Cluster::resume_api`].
+    fn pause_api(&self) {
+        match &self.api {
+            ApiServer::Simulated(sim) => sim.faults().pause(),
+            ApiServer::Real(cluster) => cluster.pause("kube-apiserver"),
+        }
+    }
+
+    fn resume_api(&self) {
+        match &self.api {
+            ApiServer::Simulated(sim) => sim.faults().resume(),
+            ApiServer::Real(cluster) => cluster.resume("kube-apiserver"),
         }
     }
 
@@ -645,15 +736,12 @@ async fn block_mode_is_refused_for_a_plugin_without_block_support(server: Server
     assert!(c.no_volumes().await);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_volume_that_cannot_be_saved_is_cleaned_up_then_provisioned_when_the_api_recovers() {
-    let c = Cluster::start(Server::Simulated, &[hostpath()]).await;
+async fn a_volume_that_cannot_be_saved_is_cleaned_up_then_provisioned_when_the_api_recovers(
+    server: Server,
+) {
+    let c = Cluster::start(server, &[hostpath()]).await;
     c.hostpath_class("fast", serde_json::json!({})).await;
-    c.sim().faults().fail_requests(
-        kube_sim::FailureRule::new(1.0, kube_sim::FailWith::Internal)
-            .verbs(&["create"])
-            .resources(&["persistentvolumes"]),
-    );
+    c.fail_volume_saves().await;
     c.claim("data", "fast", serde_json::json!({})).await;
     c.event(
         "data",
@@ -671,7 +759,7 @@ async fn a_volume_that_cannot_be_saved_is_cleaned_up_then_provisioned_when_the_a
             .then_some(())
     })
     .await;
-    c.sim().faults().clear();
+    c.allow_volume_saves().await;
     let pv = c.bound_volume("data").await;
     assert!(host_path(&pv).is_dir());
 }
@@ -1234,7 +1322,7 @@ async fn a_volume_that_keeps_failing_to_delete_is_given_up_with_an_event(server:
     assert!(c.volumes().get_opt(&name).await.unwrap().is_some());
 }
 
-/// `wasmprov run` as a child process against the simulator, so a test can
+/// `wasmprov run` as a child process against the API server, so a test can
 /// kill it for real (SIGKILL: no graceful shutdown, no cleanup).
 struct HostProcess {
     child: std::process::Child,
@@ -1305,17 +1393,10 @@ impl Drop for HostProcess {
 /// once the plugin has made storage for some claims and no volume is saved.
 /// Returns how many directories the plugin had made.
 async fn kill_mid_provision(c: &Cluster, work: &Path, flags: &[&str]) -> usize {
-    use kube_sim::{FailWith, FailureRule};
-
     let dirs = || std::fs::read_dir(c.volumes_dir.path()).unwrap().count();
     // Volumes cannot be saved: the host keeps retrying the save (over about
     // 1.5 s) while the plugin's directories exist.
-    let faults = c.sim().faults().clone();
-    faults.fail_requests(
-        FailureRule::new(1.0, FailWith::Internal)
-            .verbs(&["create"])
-            .resources(&["persistentvolumes"]),
-    );
+    c.fail_volume_saves().await;
     let host = HostProcess::spawn_with(c, work, "first", flags);
     let made = loop {
         eventually("the plugin made a directory", || async {
@@ -1324,17 +1405,17 @@ async fn kill_mid_provision(c: &Cluster, work: &Path, flags: &[&str]) -> usize {
         .await;
         // Freeze the API server: the host cannot finish (or give up on) a
         // save any more. A cleanup already under way takes milliseconds.
-        faults.pause();
+        c.pause_api();
         tokio::time::sleep(Duration::from_millis(300)).await;
         let made = dirs();
         if made > 0 {
             break made;
         }
-        faults.resume(); // it had just cleaned up: try again
+        c.resume_api(); // it had just cleaned up: try again
     };
     host.kill();
     // Requests the dead host left in flight fail like the ones before.
-    faults.resume();
+    c.resume_api();
     assert!(
         c.volumes()
             .list(&ListParams::default())
@@ -1345,7 +1426,7 @@ async fn kill_mid_provision(c: &Cluster, work: &Path, flags: &[&str]) -> usize {
         "no volume was saved before the kill"
     );
     eprintln!("killed with {made} directories made and no volume saved");
-    faults.clear();
+    c.allow_volume_saves().await;
     made
 }
 
@@ -1353,9 +1434,10 @@ async fn kill_mid_provision(c: &Cluster, work: &Path, flags: &[&str]) -> usize {
 /// saved yet; the restarted host provisions the same `pvc-<uid>` volumes
 /// again (the plugin finds its directories), so every claim ends with
 /// exactly one volume and no directory is left over.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_host_killed_mid_provision_and_restarted_leaves_one_volume_per_claim_and_no_leak() {
-    let mut c = Cluster::start(Server::Simulated, &[hostpath()]).await;
+async fn a_host_killed_mid_provision_and_restarted_leaves_one_volume_per_claim_and_no_leak(
+    server: Server,
+) {
+    let mut c = Cluster::start(server, &[hostpath()]).await;
     c.stop_host().await;
     c.hostpath_class("fast", serde_json::json!({})).await;
     let work = tempfile::tempdir().unwrap();
@@ -1384,9 +1466,10 @@ async fn a_host_killed_mid_provision_and_restarted_leaves_one_volume_per_claim_a
 /// is down after its plugin made the storage but before the volume was
 /// saved. The finalizer keeps the claim (Terminating) so the restarted host
 /// finds it, removes the storage, and only then lets the claim go.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_the_claim_finalizer_a_claim_deleted_while_the_host_is_down_leaves_no_storage() {
-    let mut c = Cluster::start(Server::Simulated, &[hostpath()]).await;
+async fn with_the_claim_finalizer_a_claim_deleted_while_the_host_is_down_leaves_no_storage(
+    server: Server,
+) {
+    let mut c = Cluster::start(server, &[hostpath()]).await;
     c.stop_host().await;
     c.hostpath_class("fast", serde_json::json!({})).await;
     let work = tempfile::tempdir().unwrap();

@@ -364,6 +364,31 @@ impl Cluster {
         }
     }
 
+    /// Freezes a component (SIGSTOP), e.g. `kube-apiserver`: requests to
+    /// it hang until [`Cluster::resume`], as during a long GC pause or a
+    /// stalled host.
+    pub fn pause(&self, component: &str) {
+        self.signal(component, libc::SIGSTOP);
+    }
+
+    /// Lets a [`Cluster::pause`]d component run again (SIGCONT).
+    pub fn resume(&self, component: &str) {
+        self.signal(component, libc::SIGCONT);
+    }
+
+    fn signal(&self, component: &str, signal: libc::c_int) {
+        let pid = self
+            .pids()
+            .into_iter()
+            .find(|(name, _)| *name == component)
+            .unwrap_or_else(|| panic!("no running component named {component}"))
+            .1;
+        // SAFETY: kill(2) on a child of ours that has not been reaped.
+        unsafe {
+            libc::kill(pid as libc::pid_t, signal);
+        }
+    }
+
     /// The process ids of the running components, by name.
     pub fn pids(&self) -> Vec<(&'static str, u32)> {
         let components = self.components.lock().unwrap_or_else(|p| p.into_inner());
