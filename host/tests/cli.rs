@@ -531,3 +531,37 @@ fn a_bad_policy_file_is_reported_with_the_field_to_fix() {
         }
     }
 }
+
+#[test]
+fn run_refuses_leader_election_timings_that_could_leave_two_leaders() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().display().to_string();
+    let out = wasmprov(&[
+        "run",
+        "--plugins-dir",
+        &plugins,
+        "--leader-election-lease-duration",
+        "5s",
+        "--leader-election-renew-deadline",
+        "10s",
+    ]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("--leader-election-renew-deadline (10s) must be shorter than --leader-election-lease-duration (5s)"),
+        "{err}"
+    );
+    let out = wasmprov(&[
+        "run",
+        "--plugins-dir",
+        &plugins,
+        "--leader-election-retry-period",
+        "10s",
+    ]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("--leader-election-retry-period (10s) must be above zero and well under --leader-election-renew-deadline (10s)"),
+        "{err}"
+    );
+}

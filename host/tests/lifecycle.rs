@@ -81,6 +81,7 @@ on_both_servers!(
     with_the_claim_finalizer_a_claim_deleted_while_the_host_is_down_leaves_no_storage,
     a_claim_that_keeps_failing_is_given_up_with_an_event_saying_how_to_retry,
     a_volume_that_keeps_failing_to_delete_is_given_up_with_an_event,
+    a_standby_process_takes_over_when_the_leader_process_is_killed,
 );
 
 /// The API server of a [`Cluster`].
@@ -1358,13 +1359,16 @@ impl HostProcess {
             .arg(&policy)
             .arg("--cache-dir")
             .arg(workspace_root().join("target/test-compile-cache"))
-            .args([
-                "--leader-election=false",
-                "--metrics-address",
-                "127.0.0.1:0",
-            ])
+            .args(
+                ["--leader-election=false"]
+                    .into_iter()
+                    .filter(|_| !flags.iter().any(|f| f.starts_with("--leader-election="))),
+            )
+            .args(["--metrics-address", "127.0.0.1:0"])
             .args(["--kube-api-qps", "50", "--kube-api-burst", "20"])
             .args(flags)
+            // Its identity in the leader Lease and in the events it reports.
+            .env("POD_NAME", name)
             .env("RUST_LOG", "info")
             .stdin(std::process::Stdio::null())
             .stdout(std::fs::File::create(&log).unwrap())
@@ -1493,4 +1497,79 @@ async fn with_the_claim_finalizer_a_claim_deleted_while_the_host_is_down_leaves_
         "the storage made for the deleted claim is removed"
     );
     assert!(c.no_volumes().await);
+}
+
+/// The replica that reported `reason` on claim `claim`.
+async fn reported_by(c: &Cluster, claim: &str, reason: &str) -> String {
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(c.client.clone(), "default");
+    eventually(&format!("a {reason} event on claim {claim}"), || async {
+        events
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(|e| {
+                e.reason.as_deref() == Some(reason)
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(claim)
+            })?
+            .reporting_instance
+    })
+    .await
+}
+
+/// Two `wasmprov run` processes elect a leader through the Lease; only the
+/// leader provisions. Killed (SIGKILL: it cannot release the Lease), the
+/// leader is replaced by the standby once the Lease expires.
+async fn a_standby_process_takes_over_when_the_leader_process_is_killed(server: Server) {
+    let mut c = Cluster::start(server, &[hostpath()]).await;
+    c.stop_host().await;
+    c.hostpath_class("fast", serde_json::json!({})).await;
+    let work = tempfile::tempdir().unwrap();
+    let election = [
+        "--leader-election=true",
+        "--leader-election-namespace=default",
+        "--leader-election-lease-duration=3s",
+        "--leader-election-renew-deadline=2s",
+        "--leader-election-retry-period=500ms",
+    ];
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(c.client.clone(), "default");
+    let holder = || async {
+        leases
+            .get_opt("wasmprov.io-host")
+            .await
+            .ok()??
+            .spec?
+            .holder_identity
+    };
+    let first = HostProcess::spawn_with(&c, work.path(), "replica-a", &election);
+    eventually("replica-a holds the Lease", || async {
+        (holder().await? == "replica-a").then_some(())
+    })
+    .await;
+    let _standby = HostProcess::spawn_with(&c, work.path(), "replica-b", &election);
+
+    c.claim("before", "fast", serde_json::json!({})).await;
+    c.bound_volume("before").await;
+    assert_eq!(
+        reported_by(&c, "before", "ProvisioningSucceeded").await,
+        "replica-a"
+    );
+
+    first.kill();
+    let killed = tokio::time::Instant::now();
+    eventually("replica-b holds the Lease", || async {
+        (holder().await? == "replica-b").then_some(())
+    })
+    .await;
+    eprintln!("replica-b took over {:?} after the kill", killed.elapsed());
+    c.claim("after", "fast", serde_json::json!({})).await;
+    c.bound_volume("after").await;
+    assert_eq!(
+        reported_by(&c, "after", "ProvisioningSucceeded").await,
+        "replica-b"
+    );
+    c.one_volume_and_directory_each(2).await;
 }

@@ -127,6 +127,16 @@ pub struct RunArgs {
     /// Namespace of the leader Lease [default: $POD_NAMESPACE, else "default"].
     #[arg(long, env = "WASMPROV_LEADER_ELECTION_NAMESPACE")]
     pub leader_election_namespace: Option<String>,
+    /// How long a leader's Lease holds without renewal: how long a crashed
+    /// leader's classes wait before a standby takes over.
+    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration, env = "WASMPROV_LEADER_ELECTION_LEASE_DURATION")]
+    pub leader_election_lease_duration: std::time::Duration,
+    /// How long the leader keeps trying to renew before it stops leading.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, env = "WASMPROV_LEADER_ELECTION_RENEW_DEADLINE")]
+    pub leader_election_renew_deadline: std::time::Duration,
+    /// How often the leader renews and a standby tries to acquire.
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration, env = "WASMPROV_LEADER_ELECTION_RETRY_PERIOD")]
+    pub leader_election_retry_period: std::time::Duration,
     /// This replica's identity in the Lease [default: $POD_NAME, else the host name].
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
@@ -136,7 +146,38 @@ pub struct RunArgs {
     pub runtime: RuntimeArgs,
 }
 
+/// client-go's rules: a leader stops leading before its Lease can expire,
+/// and retries several times within its renew deadline.
+fn check_lease_timings(args: &RunArgs) -> anyhow::Result<()> {
+    let show = |d: std::time::Duration| humantime::format_duration(d).to_string();
+    let (lease, renew, retry) = (
+        args.leader_election_lease_duration,
+        args.leader_election_renew_deadline,
+        args.leader_election_retry_period,
+    );
+    if renew >= lease {
+        anyhow::bail!(
+            "--leader-election-renew-deadline ({}) must be shorter than --leader-election-lease-duration ({}): \
+             a leader still trying to renew when its Lease expires would lead beside its successor",
+            show(renew),
+            show(lease)
+        );
+    }
+    if retry.is_zero() || retry.mul_f64(1.2) >= renew {
+        anyhow::bail!(
+            "--leader-election-retry-period ({}) must be above zero and well under --leader-election-renew-deadline ({}): \
+             the leader needs several tries to renew before it gives up",
+            show(retry),
+            show(renew)
+        );
+    }
+    Ok(())
+}
+
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    if args.leader_election {
+        check_lease_timings(&args)?;
+    }
     let kube_config = match &args.kubeconfig {
         Some(path) => {
             // Read it here: kube's own error repeats its cause and quotes the path twice.
@@ -199,11 +240,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             .clone()
             .unwrap_or_else(pod_namespace);
         let identity = args.identity.clone().unwrap_or_else(default_identity);
-        let lease = LeaseConfig::new(
+        let mut lease = LeaseConfig::new(
             &namespace,
             &leader::lease_name(&config.names.primary),
             &identity,
         );
+        lease.lease_duration = args.leader_election_lease_duration;
+        lease.renew_deadline = args.leader_election_renew_deadline;
+        lease.retry_period = args.leader_election_retry_period;
         let metrics = ops.metrics.clone();
         leader::run_as_leader(
             election_client,
