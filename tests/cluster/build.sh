@@ -47,8 +47,13 @@ step() {
 have_version() { # binary, expected substring of its version
     local flag=--version
     [[ ${1##*/} == kubectl ]] && flag="version --client"
+    [[ -x $1 ]] || return 1
+    # Read the whole output first: `| grep -q` would stop reading at the
+    # match, and the binary's SIGPIPE would fail the pipeline (pipefail).
+    local out
     # shellcheck disable=SC2086
-    [[ -x $1 ]] && "$1" $flag 2>/dev/null | grep -qF -- "$2"
+    out=$("$1" $flag 2>/dev/null) || return 1
+    [[ $out == *"$2"* ]]
 }
 
 build_etcd() {
