@@ -25,11 +25,66 @@ impl Target {
 
     /// `persistentvolumeclaims "x"` or `leases.coordination.k8s.io "x"`, as in real messages.
     fn qualified(&self) -> String {
+        self.qualified_as(&self.resource)
+    }
+
+    /// The same with `what` for the resource (e.g. the Kind).
+    fn qualified_as(&self, what: &str) -> String {
         if self.group.is_empty() {
-            format!("{} \"{}\"", self.resource, self.name)
+            format!("{what} \"{}\"", self.name)
         } else {
-            format!("{}.{} \"{}\"", self.resource, self.group, self.name)
+            format!("{what}.{} \"{}\"", self.group, self.name)
         }
+    }
+}
+
+/// One entry of `Status.details.causes`: which field, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cause {
+    /// e.g. `FieldValueRequired`, `FieldManagerConflict`.
+    pub reason: String,
+    pub message: String,
+    /// e.g. `spec.accessModes`, or `.metadata.labels.x` for apply conflicts.
+    pub field: String,
+}
+
+impl Cause {
+    /// A validation error written as kube-apiserver words it,
+    /// `FIELD: TYPE[: DETAIL]` (`spec.accessModes: Required value: …`).
+    pub fn from_field_error(error: &str) -> Cause {
+        const TYPES: &[(&str, &str)] = &[
+            ("Required value", "FieldValueRequired"),
+            ("Invalid value", "FieldValueInvalid"),
+            ("Forbidden", "FieldValueForbidden"),
+            ("Unsupported value", "FieldValueNotSupported"),
+            ("Duplicate value", "FieldValueDuplicate"),
+            ("Too long", "FieldValueTooLong"),
+            ("Too many", "FieldValueTooMany"),
+            ("Not found", "FieldValueNotFound"),
+        ];
+        let (field, message) = error.split_once(": ").unwrap_or(("", error));
+        let reason = TYPES
+            .iter()
+            .find(|(text, _)| message.starts_with(text))
+            .map_or("FieldValueInvalid", |(_, reason)| reason);
+        Cause {
+            reason: reason.to_owned(),
+            message: message.to_owned(),
+            field: field.to_owned(),
+        }
+    }
+}
+
+/// Field errors as kube-apiserver lists them in a message: `f: m` for one,
+/// `[f: m, g: n]` for several.
+fn field_errors(causes: &[Cause]) -> String {
+    let each: Vec<String> = causes
+        .iter()
+        .map(|c| format!("{}: {}", c.field, c.message))
+        .collect();
+    match each.as_slice() {
+        [one] => one.clone(),
+        _ => format!("[{}]", each.join(", ")),
     }
 }
 
@@ -43,12 +98,25 @@ pub enum ApiError {
     #[error("Operation cannot be fulfilled on {}: {message}", .target.qualified())]
     Conflict { target: Target, message: String },
     /// 422: validation failed. `kind` is the object's Kind (real messages use it here).
-    #[error("{kind} \"{name}\" is invalid: {message}", name = .target.name)]
+    #[error("{kind} \"{name}\" is invalid: {}", field_errors(.causes), name = .target.name)]
     Invalid {
         target: Target,
-        kind: String,
+        kind: &'static str,
+        /// One per field error; the message lists them.
+        causes: Vec<Cause>,
+    },
+    /// 409 for a DELETE whose preconditions do not hold: unlike other
+    /// conflicts, kube-apiserver names the object by its Kind here.
+    #[error("Operation cannot be fulfilled on {}: {message}", .target.qualified_as(.kind))]
+    PreconditionFailed {
+        target: Target,
+        kind: &'static str,
         message: String,
     },
+    /// 409 from server-side apply: fields another manager owns. Unlike
+    /// other conflicts its Status names no object, only the fields.
+    #[error("{message}")]
+    ApplyConflict { message: String, causes: Vec<Cause> },
     /// 422 for patches that cannot be applied (JSON patch `test` failures included).
     #[error("{0}")]
     PatchFailed(String),
@@ -83,7 +151,10 @@ impl ApiError {
     pub fn code(&self) -> u16 {
         match self {
             ApiError::NotFound(_) | ApiError::UnknownPath => 404,
-            ApiError::AlreadyExists(_) | ApiError::Conflict { .. } => 409,
+            ApiError::AlreadyExists(_)
+            | ApiError::Conflict { .. }
+            | ApiError::PreconditionFailed { .. }
+            | ApiError::ApplyConflict { .. } => 409,
             ApiError::Invalid { .. } | ApiError::PatchFailed(_) => 422,
             ApiError::BadRequest(_) => 400,
             ApiError::Forbidden(_) => 403,
@@ -102,7 +173,9 @@ impl ApiError {
         match self {
             ApiError::NotFound(_) | ApiError::UnknownPath => "NotFound",
             ApiError::AlreadyExists(_) => "AlreadyExists",
-            ApiError::Conflict { .. } => "Conflict",
+            ApiError::Conflict { .. }
+            | ApiError::PreconditionFailed { .. }
+            | ApiError::ApplyConflict { .. } => "Conflict",
             ApiError::Invalid { .. } | ApiError::PatchFailed(_) => "Invalid",
             ApiError::BadRequest(_) => "BadRequest",
             ApiError::Forbidden(_) => "Forbidden",
@@ -138,7 +211,8 @@ impl ApiError {
         let target = match self {
             ApiError::NotFound(t) | ApiError::AlreadyExists(t) => Some((t, None)),
             ApiError::Conflict { target, .. } => Some((target, None)),
-            ApiError::Invalid { target, kind, .. } => Some((target, Some(kind.as_str()))),
+            ApiError::Invalid { target, kind, .. }
+            | ApiError::PreconditionFailed { target, kind, .. } => Some((target, Some(*kind))),
             _ => None,
         };
         if let Some((t, kind)) = target {
@@ -147,6 +221,18 @@ impl ApiError {
                 details["group"] = json!(t.group);
             }
             status["details"] = details;
+        }
+        let causes = match self {
+            ApiError::Invalid { causes, .. } | ApiError::ApplyConflict { causes, .. } => {
+                causes.as_slice()
+            }
+            _ => &[],
+        };
+        if !causes.is_empty() {
+            status["details"]["causes"] = causes
+                .iter()
+                .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
+                .collect();
         }
         status
     }

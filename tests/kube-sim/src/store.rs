@@ -96,8 +96,11 @@ pub fn watch_line(kind: &str, object: &Value) -> Bytes {
 pub enum Change {
     /// Store this object (create or update).
     Put(Value),
-    /// Store this object, then delete it (last finalizer removed from a deleting object).
-    PutThenDelete(Value),
+    /// The last finalizer was removed from a deleting object: delete it as
+    /// stored, without writing this emptied version (as kube-apiserver does:
+    /// the DELETED event still shows the finalizers), and answer with this
+    /// version at the last stored revision.
+    DeleteEmptied(Value),
     /// Delete the current object.
     Delete,
     /// Leave it as is.
@@ -202,9 +205,14 @@ impl Store {
         match decide(current.as_ref())? {
             Change::Nothing => Ok(current),
             Change::Put(obj) => Ok(Some(self.put(&mut inner, res, key, obj, current))),
-            Change::PutThenDelete(obj) => {
-                let stored = self.put(&mut inner, res, key, obj, current);
-                Ok(Some(self.delete(&mut inner, res, key, stored)))
+            Change::DeleteEmptied(mut obj) => {
+                let cur = current
+                    .ok_or_else(|| ApiError::Internal("finalizing a missing object".into()))?;
+                if let Some(rv) = objects::meta(&cur).and_then(|m| m.get("resourceVersion")) {
+                    objects::meta_mut(&mut obj).insert("resourceVersion".into(), rv.clone());
+                }
+                self.delete(&mut inner, res, key, cur);
+                Ok(Some(Arc::new(obj)))
             }
             Change::Delete => match current {
                 Some(cur) => Ok(Some(self.delete(&mut inner, res, key, cur))),

@@ -186,8 +186,11 @@ fn start(
         if !errs.is_empty() {
             return Err(ApiError::Invalid {
                 target: crate::registry::target(r.res, ""),
-                kind: "ListOptions".into(),
-                message: errs.join(", "),
+                kind: "ListOptions",
+                causes: errs
+                    .iter()
+                    .map(|e| crate::error::Cause::from_field_error(e))
+                    .collect(),
             });
         }
     }

@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{json, Map, Value};
 
-use crate::error::{ApiError, ApiResult, Target};
+use crate::error::{ApiError, ApiResult, Cause};
 use crate::objects;
 
 type Path = Vec<String>;
@@ -289,7 +289,6 @@ pub fn apply(
     applied: &Value,
     manager: &str,
     force: bool,
-    target: &Target,
     now: &str,
 ) -> ApiResult<Value> {
     let api_version = applied
@@ -319,7 +318,7 @@ pub fn apply(
         |e: &Entry| e.manager == manager && e.operation == "Apply" && e.subresource.is_empty();
 
     // Conflicts: fields I set to a different value that another manager owns.
-    let mut conflicts = Vec::new();
+    let mut conflicts: Vec<Cause> = Vec::new();
     for p in &mine {
         if get(live, p) == get(applied, p) {
             continue;
@@ -329,24 +328,34 @@ pub fn apply(
             .filter(|e| !is_me(e) && e.subresource.is_empty())
         {
             if e.fields.contains(p) {
-                conflicts.push(format!(
-                    "conflict with \"{}\" using {}: .{}",
-                    e.manager,
-                    e.api_version,
-                    p.join(".")
-                ));
+                // A manager that updated (not applied) is named with the
+                // version it wrote, as kube-apiserver words it.
+                let using = if e.operation == "Update" {
+                    format!(" using {}", e.api_version)
+                } else {
+                    String::new()
+                };
+                conflicts.push(Cause {
+                    reason: "FieldManagerConflict".into(),
+                    message: format!("conflict with \"{}\"{using}", e.manager),
+                    field: format!(".{}", p.join(".")),
+                });
             }
         }
     }
     if !conflicts.is_empty() && !force {
         let n = conflicts.len();
-        return Err(ApiError::Conflict {
-            target: target.clone(),
+        let listed: Vec<String> = conflicts
+            .iter()
+            .map(|c| format!("{}: {}", c.message, c.field))
+            .collect();
+        return Err(ApiError::ApplyConflict {
             message: format!(
                 "Apply failed with {n} conflict{}: {}",
                 if n == 1 { "" } else { "s" },
-                conflicts.join("\n")
+                listed.join("\n")
             ),
+            causes: conflicts,
         });
     }
 
@@ -397,14 +406,10 @@ pub fn apply(
 mod tests {
     use super::*;
 
-    fn t() -> Target {
-        Target::new("", "configmaps", "c")
-    }
-
     #[test]
     fn apply_creates_conflicts_and_prunes() {
         let a1 = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "1", "b": "2"}});
-        let live = apply(None, &a1, "kubectl", false, &t(), "now").unwrap();
+        let live = apply(None, &a1, "kubectl", false, "now").unwrap();
         assert_eq!(live["data"], json!({"a": "1", "b": "2"}));
 
         // Another manager changes `a` with an update: applying a different value conflicts.
@@ -412,12 +417,16 @@ mod tests {
         live2["data"]["a"] = json!("9");
         record_update(Some(&live), &mut live2, "editor", "", "now");
         let a2 = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "1"}});
-        let err = apply(Some(&live2), &a2, "kubectl", false, &t(), "now").unwrap_err();
+        let err = apply(Some(&live2), &a2, "kubectl", false, "now").unwrap_err();
         assert_eq!(err.code(), 409);
-        assert!(err.to_string().contains("editor"), "{err}");
+        assert_eq!(
+            err.to_string(),
+            "Apply failed with 1 conflict: conflict with \"editor\" using v1: .data.a"
+        );
+        assert_eq!(err.to_status()["details"]["causes"][0]["field"], ".data.a");
 
         // Forced: value taken over, and `b` (no longer applied, owned by nobody else) pruned.
-        let live3 = apply(Some(&live2), &a2, "kubectl", true, &t(), "now").unwrap();
+        let live3 = apply(Some(&live2), &a2, "kubectl", true, "now").unwrap();
         assert_eq!(live3["data"], json!({"a": "1"}));
     }
 }

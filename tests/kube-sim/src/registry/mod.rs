@@ -445,28 +445,27 @@ impl Registry {
                 "PATCH, application/apply-patch+yaml requires fieldManager to be set".into(),
             ));
         }
-        let t = target(res, name);
         let now = util::now();
         let (api, res) = (res, convert::storage(res));
         let applied = convert::to_storage(api, applied);
         // Two attempts: the object may appear between our look and our create.
         for _ in 0..2 {
             if self.store.get(res, &Self::key(res, ns, name)).is_none() {
-                let obj = patch::apply::apply(None, &applied, &opts.manager, opts.force, &t, &now)?;
+                let obj = patch::apply::apply(None, &applied, &opts.manager, opts.force, &now)?;
                 match self.create_decoded(res, ns, obj, opts, warnings.clone(), false) {
                     Err(ApiError::AlreadyExists(_)) => continue,
                     other => return other.map(|w| present_written(api, w)),
                 }
             }
             let r = self.write_existing(res, ns, name, sub, opts, warnings.clone(), false, |cur| {
-                patch::apply::apply(Some(cur), &applied, &opts.manager, opts.force, &t, &now)
+                patch::apply::apply(Some(cur), &applied, &opts.manager, opts.force, &now)
             });
             match r {
                 Err(ApiError::NotFound(_)) => continue,
                 other => return other.map(|w| present_written(api, w)),
             }
         }
-        Err(ApiError::conflict_modified(t))
+        Err(ApiError::conflict_modified(target(api, name)))
     }
 
     /// Read-modify-write of an existing object, atomically under the store lock.
@@ -518,7 +517,7 @@ impl Registry {
                 && objects::finalizers(&new).is_empty()
                 && res != resources::NAMESPACE
             {
-                return Ok(Change::PutThenDelete(new));
+                return Ok(Change::DeleteEmptied(new));
             }
             Ok(Change::Put(new))
         })?;
@@ -611,19 +610,29 @@ impl Registry {
         let dry: RefCell<Option<Arc<Value>>> = RefCell::new(None);
         let stored = self.store.transact(res, &key, |cur| {
             let cur = cur.ok_or_else(|| ApiError::NotFound(target(res, name)))?;
-            let precondition = |what: &str, want: &str, have: &str| ApiError::Conflict {
-                target: target(res, name),
-                message: format!("Precondition failed: {what} in precondition: {want}, {what} in object meta: {have}"),
+            let precondition = |what: &str, want: &str, have: &str, why: &str| {
+                ApiError::PreconditionFailed {
+                    target: target(res, name),
+                    kind: RESOURCES[api].kind,
+                    message: format!(
+                        "the {what} in the precondition ({want}) does not match the {what} in record ({have}). The object might have been {why}"
+                    ),
+                }
             };
             if let Some(uid) = &opts.uid {
                 if uid != objects::uid(cur) {
-                    return Err(precondition("UID", uid, objects::uid(cur)));
+                    return Err(precondition(
+                        "UID",
+                        uid,
+                        objects::uid(cur),
+                        "deleted and then recreated",
+                    ));
                 }
             }
             if let Some(rv) = &opts.resource_version {
                 let have = objects::resource_version(cur).unwrap_or("");
                 if rv != have {
-                    return Err(precondition("ResourceVersion", rv, have));
+                    return Err(precondition("ResourceVersion", rv, have, "modified"));
                 }
             }
             if opts.dry_run {

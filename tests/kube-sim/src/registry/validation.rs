@@ -4,20 +4,15 @@
 use serde_json::Value;
 
 use super::target;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, Cause};
 use crate::objects;
 use crate::resources::{self, ResourceId, RESOURCES};
 
 pub fn invalid(res: ResourceId, name: &str, errors: Vec<String>) -> ApiError {
-    let message = if errors.len() == 1 {
-        errors.into_iter().next().unwrap_or_default()
-    } else {
-        format!("[{}]", errors.join(", "))
-    };
     ApiError::Invalid {
         target: target(res, name),
-        kind: RESOURCES[res].kind.to_string(),
-        message,
+        kind: RESOURCES[res].kind,
+        causes: errors.iter().map(|e| Cause::from_field_error(e)).collect(),
     }
 }
 
