@@ -30,7 +30,7 @@ use kube::{Api, Client, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use support::{eventually, workspace_root};
+use support::{eventually, workspace_root, Server, TestApi};
 use wasmprov::cli::Cli;
 use wasmprov::delivery::configmaps;
 use wasmprov::delivery::encoding::Encoding;
@@ -994,8 +994,9 @@ async fn apply_all(client: &Client, objects: &[Object]) {
     }
 }
 
-async fn simulator() -> (kube_sim::Simulator, Client) {
-    let sim = kube_sim::Simulator::start(kube_sim::Config {
+/// The simulator as the deploy tests want it.
+fn simulator_config() -> kube_sim::Config {
+    kube_sim::Config {
         nodes: vec![NODE.into()],
         record_requests: true,
         // The PV controller annotates a claim whose class appears late at
@@ -1005,9 +1006,13 @@ async fn simulator() -> (kube_sim::Simulator, Client) {
             ..kube_sim::ControllerConfig::default()
         },
         ..kube_sim::Config::default()
-    })
-    .await
-    .unwrap();
+    }
+}
+
+async fn simulator() -> (kube_sim::Simulator, Client) {
+    let sim = kube_sim::Simulator::start(simulator_config())
+        .await
+        .unwrap();
     let client = sim.client().unwrap();
     (sim, client)
 }
@@ -1324,120 +1329,74 @@ async fn on_a_real_cluster_rbac_with_the_api_source_allows_exactly_the_calls_the
     the_host_calls_exactly_what_rbac_allows(Server::Real, true).await;
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Server {
-    Simulated,
-    Real,
+/// Installs deploy/ as a user does: on the real server with `kubectl apply
+/// --server-side -k`; on the simulator object by object. Returns what it
+/// applied.
+async fn install(api: &TestApi, client: &Client, api_source: bool) -> Vec<Object> {
+    match api {
+        TestApi::Simulated(_) => {
+            let objects = if api_source {
+                build(true)
+            } else {
+                all_objects()
+            };
+            apply_all(client, &objects).await;
+            objects
+        }
+        TestApi::Real(cluster) => {
+            let dir = deploy_copy(api_source);
+            let deploy = dir.path().join("deploy");
+            let out = cluster
+                .kubectl()
+                .args(["apply", "--server-side", "-k"])
+                .arg(&deploy)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "kubectl apply --server-side -k deploy/: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            kustomize(&deploy).unwrap()
+        }
+    }
 }
 
-/// The API server a scenario runs on.
-enum Cluster {
-    Simulated(kube_sim::Simulator),
-    /// With its audit log: the requests it answered, by user.
-    Real(test_cluster::Cluster),
-}
-
-impl Cluster {
-    async fn start(server: Server) -> (Cluster, Client) {
-        match server {
-            Server::Simulated => {
-                let (sim, client) = simulator().await;
-                (Cluster::Simulated(sim), client)
-            }
-            Server::Real => {
-                let cluster = tokio::task::spawn_blocking(|| {
-                    test_cluster::Cluster::start(test_cluster::Options {
-                        audit: true,
-                        ..Default::default()
-                    })
-                })
+/// A kubeconfig for the host's replicas: on the real server the
+/// ServiceAccount's own token, as kubelet would mount it.
+async fn host_kubeconfig(api: &TestApi, ns: &str, service_account: &str) -> String {
+    match api {
+        TestApi::Simulated(sim) => sim.kubeconfig_with_token(HOST_TOKEN),
+        TestApi::Real(cluster) => {
+            let token = cluster
+                .service_account_token(ns, service_account)
                 .await
-                .unwrap()
-                .unwrap_or_else(|e| panic!("starting a real test cluster: {e}"));
-                let client = cluster.client().await.unwrap();
-                support::create_node(&client, NODE).await;
-                (Cluster::Real(cluster), client)
-            }
+                .unwrap();
+            cluster.kubeconfig_with_token(&token)
         }
     }
+}
 
-    /// Installs deploy/ as a user does: on the real server with `kubectl
-    /// apply --server-side -k`; on the simulator object by object.
-    async fn install(&self, client: &Client, api_source: bool) -> Vec<Object> {
-        match self {
-            Cluster::Simulated(_) => {
-                let objects = if api_source {
-                    build(true)
-                } else {
-                    all_objects()
-                };
-                apply_all(client, &objects).await;
-                objects
-            }
-            Cluster::Real(cluster) => {
-                let dir = deploy_copy(api_source);
-                let deploy = dir.path().join("deploy");
-                let out = cluster
-                    .kubectl()
-                    .args(["apply", "--server-side", "-k"])
-                    .arg(&deploy)
-                    .output()
-                    .unwrap();
-                assert!(
-                    out.status.success(),
-                    "kubectl apply --server-side -k deploy/: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-                kustomize(&deploy).unwrap()
-            }
-        }
-    }
-
-    /// A kubeconfig for the host's replicas: on the real server the
-    /// ServiceAccount's own token, as kubelet would mount it.
-    async fn host_kubeconfig(&self, ns: &str, service_account: &str) -> String {
-        match self {
-            Cluster::Simulated(sim) => sim.kubeconfig_with_token(HOST_TOKEN),
-            Cluster::Real(cluster) => {
-                let token = cluster
-                    .service_account_token(ns, service_account)
-                    .await
-                    .unwrap();
-                cluster.kubeconfig_with_token(&token)
-            }
-        }
-    }
-
-    /// The host's resource requests so far.
-    fn host_requests(&self) -> Vec<kube_sim::ApiRequest> {
-        let all = match self {
-            Cluster::Simulated(sim) => sim.requests(),
-            Cluster::Real(cluster) => cluster
-                .audit_events()
-                .into_iter()
-                .map(|e| kube_sim::ApiRequest {
-                    user: e.user,
-                    verb: e.verb,
-                    api_group: e.api_group,
-                    resource: e.resource,
-                    subresource: e.subresource,
-                    namespace: e.namespace,
-                    name: e.name,
-                })
-                .collect(),
-        };
-        all.into_iter().filter(|r| r.user == HOST_TOKEN).collect()
-    }
-
-    /// What makes the scheduler pick a node for a WaitForFirstConsumer
-    /// claim: a pod using it (the real scheduler), or the test as the
-    /// scheduler (the simulator).
-    async fn use_claim_in_a_pod(&self, client: &Client, ns: &str, claim: &str) {
-        match self {
-            Cluster::Simulated(sim) => sim.schedule_claim(ns, claim, NODE).await.unwrap(),
-            Cluster::Real(_) => support::create_pod(client, ns, claim, claim).await,
-        }
-    }
+/// The host's resource requests so far: the simulator's request log, or
+/// the real API server's audit log.
+fn host_requests(api: &TestApi) -> Vec<kube_sim::ApiRequest> {
+    let all = match api {
+        TestApi::Simulated(sim) => sim.requests(),
+        TestApi::Real(cluster) => cluster
+            .audit_events()
+            .into_iter()
+            .map(|e| kube_sim::ApiRequest {
+                user: e.user,
+                verb: e.verb,
+                api_group: e.api_group,
+                resource: e.resource,
+                subresource: e.subresource,
+                namespace: e.namespace,
+                name: e.name,
+            })
+            .collect(),
+    };
+    all.into_iter().filter(|r| r.user == HOST_TOKEN).collect()
 }
 
 /// Runs two replicas of the Deployment of deploy/ (with or without the API
@@ -1448,8 +1407,17 @@ async fn the_host_calls_exactly_what_rbac_allows(server: Server, api_source: boo
     // once on a small machine only make the test slower to fail.
     static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     let _one = ONE_AT_A_TIME.lock().await;
-    let (cluster, client) = Cluster::start(server).await;
-    let objects = cluster.install(&client, api_source).await;
+    let (cluster, client) = TestApi::start(
+        server,
+        &[NODE],
+        simulator_config(),
+        test_cluster::Options {
+            audit: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    let objects = install(&cluster, &client, api_source).await;
     let ns = namespace();
     assert_eq!(container_sa(&objects), "wasmprov");
     assert_eq!(HOST_TOKEN, format!("system:serviceaccount:{ns}:wasmprov"));
@@ -1460,7 +1428,7 @@ async fn the_host_calls_exactly_what_rbac_allows(server: Server, api_source: boo
     let kubeconfig = node.path().join("kubeconfig");
     std::fs::write(
         &kubeconfig,
-        cluster.host_kubeconfig(&ns, &container_sa(&objects)).await,
+        host_kubeconfig(&cluster, &ns, &container_sa(&objects)).await,
     )
     .unwrap();
     let mut pods = Vec::new();
@@ -1546,7 +1514,9 @@ async fn the_host_calls_exactly_what_rbac_allows(server: Server, api_source: boo
         .create(&pp, &claim("local", "hostpath-local"))
         .await
         .unwrap();
-    cluster.use_claim_in_a_pod(&client, &ns, "local").await;
+    cluster
+        .use_claim_in_a_pod(&client, &ns, "local", NODE)
+        .await;
     let local_pv = volumes.get(&bound("local").await).await.unwrap();
     assert!(serde_json::to_string(&local_pv.spec.unwrap().node_affinity)
         .unwrap()
@@ -1573,8 +1543,7 @@ async fn the_host_calls_exactly_what_rbac_allows(server: Server, api_source: boo
     // A claim of a class the host has not seen yet: looked up directly.
     claims.create(&pp, &claim("early", "late")).await.unwrap();
     eventually("the host looks the missing class up", || async {
-        cluster
-            .host_requests()
+        host_requests(&cluster)
             .iter()
             .any(|r| r.resource == "storageclasses" && r.name == "late")
             .then_some(())
@@ -1648,8 +1617,8 @@ async fn the_host_calls_exactly_what_rbac_allows(server: Server, api_source: boo
 
     // Every call the host made is allowed; every rule was needed.
     let grants = grants(&objects, &ns);
-    let requests = cluster.host_requests();
-    if let Cluster::Real(real) = &cluster {
+    let requests = host_requests(&cluster);
+    if let TestApi::Real(real) = &cluster {
         denied_outside_its_roles(real, &ns, &container_sa(&objects)).await;
     }
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();

@@ -29,13 +29,6 @@ const CLAIM_FINALIZER: &str = "wasmprov.io/provisioning";
 /// The webhook configuration that makes volume saves fail on the real server.
 const SAVE_BLOCKER: &str = "block-volume-saves";
 
-/// Which API server a scenario runs against.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Server {
-    Simulated,
-    Real,
-}
-
 /// Runs each listed scenario (`async fn NAME(server: Server)`) as two tests,
 /// `real::NAME` and `simulated::NAME`.
 macro_rules! on_both_servers {
@@ -84,17 +77,10 @@ on_both_servers!(
     a_standby_process_takes_over_when_the_leader_process_is_killed,
 );
 
-/// The API server of a [`Cluster`].
-enum ApiServer {
-    Simulated(kube_sim::Simulator),
-    /// Its own control plane: scenarios change cluster-wide objects.
-    Real(test_cluster::Cluster),
-}
-
 /// A cluster (real or simulated, with one node) with a wasmprov host
 /// serving the given plugins.
 struct Cluster {
-    api: ApiServer,
+    api: TestApi,
     client: Client,
     volumes_dir: tempfile::TempDir,
     _plugins_dir: tempfile::TempDir,
@@ -115,24 +101,8 @@ impl Cluster {
         plugins: &[(&str, PathBuf)],
         tune: fn(&mut lifecycle::Config),
     ) -> Self {
-        let (api, client) = match server {
-            Server::Simulated => {
-                let sim = kube_sim::Simulator::start(kube_sim::Config {
-                    nodes: vec![NODE.into()],
-                    ..kube_sim::Config::default()
-                })
-                .await
-                .unwrap();
-                let client = sim.client().unwrap();
-                (ApiServer::Simulated(sim), client)
-            }
-            Server::Real => {
-                let cluster = start_real_cluster().await;
-                let client = cluster.client().await.unwrap();
-                create_node(&client, NODE).await;
-                (ApiServer::Real(cluster), client)
-            }
-        };
+        let (api, client) =
+            TestApi::start(server, &[NODE], Default::default(), Default::default()).await;
         let volumes_dir = tempfile::tempdir().unwrap();
         let plugins_dir = tempfile::tempdir().unwrap();
         for (name, file) in plugins {
@@ -186,33 +156,14 @@ impl Cluster {
         }
     }
 
-    /// The simulator, for a scenario that injects faults or reads its
-    /// request log.
     fn sim(&self) -> &kube_sim::Simulator {
-        match &self.api {
-            ApiServer::Simulated(sim) => sim,
-            ApiServer::Real(_) => {
-                panic!("this scenario needs the simulated API server's fault injection")
-            }
-        }
+        self.api.sim()
     }
 
-    /// A kubeconfig (YAML) for a host process.
-    fn kubeconfig(&self) -> String {
-        match &self.api {
-            ApiServer::Simulated(sim) => sim.kubeconfig(),
-            ApiServer::Real(cluster) => cluster.kubeconfig_with_token(cluster.admin_token()),
-        }
-    }
-
-    /// What the scheduler does for a pod that uses the WaitForFirstConsumer
-    /// claim `claim`: the real one is given such a pod (named after the
-    /// claim) and picks a node; on the simulator the test picks `NODE`.
     async fn use_claim_in_a_pod(&self, claim: &str) {
-        match &self.api {
-            ApiServer::Simulated(sim) => sim.schedule_claim("default", claim, NODE).await.unwrap(),
-            ApiServer::Real(_) => create_pod(&self.client, "default", claim, claim).await,
-        }
+        self.api
+            .use_claim_in_a_pod(&self.client, "default", claim, NODE)
+            .await
     }
 
     /// Every PersistentVolume create fails with 500 from now on. On the
@@ -220,12 +171,12 @@ impl Cluster {
     /// (failurePolicy Fail): the API server's own InternalError.
     async fn fail_volume_saves(&self) {
         match &self.api {
-            ApiServer::Simulated(sim) => sim.faults().fail_requests(
+            TestApi::Simulated(sim) => sim.faults().fail_requests(
                 kube_sim::FailureRule::new(1.0, kube_sim::FailWith::Internal)
                     .verbs(&["create"])
                     .resources(&["persistentvolumes"]),
             ),
-            ApiServer::Real(_) => {
+            TestApi::Real(_) => {
                 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
                 let unreachable = support::free_port();
                 let webhook: ValidatingWebhookConfiguration = serde_json::from_value(serde_json::json!({
@@ -275,8 +226,8 @@ impl Cluster {
     /// Undoes [`Cluster::fail_volume_saves`].
     async fn allow_volume_saves(&self) {
         match &self.api {
-            ApiServer::Simulated(sim) => sim.faults().clear(),
-            ApiServer::Real(_) => {
+            TestApi::Simulated(sim) => sim.faults().clear(),
+            TestApi::Real(_) => {
                 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
                 Api::<ValidatingWebhookConfiguration>::all(self.client.clone())
                     .delete(SAVE_BLOCKER, &DeleteParams::default())
@@ -289,15 +240,15 @@ impl Cluster {
     /// Freezes the API server: requests hang until [`Cluster::resume_api`].
     fn pause_api(&self) {
         match &self.api {
-            ApiServer::Simulated(sim) => sim.faults().pause(),
-            ApiServer::Real(cluster) => cluster.pause("kube-apiserver"),
+            TestApi::Simulated(sim) => sim.faults().pause(),
+            TestApi::Real(cluster) => cluster.pause("kube-apiserver"),
         }
     }
 
     fn resume_api(&self) {
         match &self.api {
-            ApiServer::Simulated(sim) => sim.faults().resume(),
-            ApiServer::Real(cluster) => cluster.resume("kube-apiserver"),
+            TestApi::Simulated(sim) => sim.faults().resume(),
+            TestApi::Real(cluster) => cluster.resume("kube-apiserver"),
         }
     }
 
@@ -1338,7 +1289,7 @@ impl HostProcess {
     /// `wasmprov run` with more flags.
     fn spawn_with(c: &Cluster, work: &Path, name: &str, flags: &[&str]) -> Self {
         let kubeconfig = work.join("kubeconfig");
-        std::fs::write(&kubeconfig, c.kubeconfig()).unwrap();
+        std::fs::write(&kubeconfig, c.api.kubeconfig()).unwrap();
         let policy = work.join("policy.yaml");
         std::fs::write(
             &policy,

@@ -1,5 +1,6 @@
 //! `wasmprov run --plugin-configmaps` end to end, as a user runs it: the real
-//! binary against the simulated API server, the hostpath plugin shipped with
+//! binary against a real control plane and the simulator, the hostpath
+//! plugin shipped with
 //! `wasmprov plugin pack | kubectl apply --server-side -f -`, a corrupt
 //! update rejected (a Warning event on the ConfigMap, a metric) while the
 //! old version keeps provisioning.
@@ -17,7 +18,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::ByteString;
 use kube::{Api, ResourceExt};
 use serde_json::json;
-use support::{eventually, workspace_root};
+use support::{eventually, workspace_root, Server, TestApi};
 
 const NS: &str = "default";
 const CONFIGMAP: &str = "wasmprov-plugin-hostpath";
@@ -92,10 +93,16 @@ fn digest_of(pv: &PersistentVolume) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_serves_a_packed_plugin_and_keeps_it_through_a_corrupt_update() {
-    let sim = kube_sim::Simulator::start(kube_sim::Config::default())
-        .await
-        .unwrap();
-    let client = sim.client().unwrap();
+    serves_a_packed_plugin_and_keeps_it_through_a_corrupt_update(Server::Real).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_the_simulator_run_serves_a_packed_plugin_and_keeps_it_through_a_corrupt_update() {
+    serves_a_packed_plugin_and_keeps_it_through_a_corrupt_update(Server::Simulated).await;
+}
+
+async fn serves_a_packed_plugin_and_keeps_it_through_a_corrupt_update(server: Server) {
+    let (api, client) = TestApi::start(server, &[], Default::default(), Default::default()).await;
     let work = tempfile::tempdir().unwrap();
     let volumes = work.path().join("volumes");
     std::fs::create_dir(&volumes).unwrap();
@@ -108,11 +115,11 @@ async fn run_serves_a_packed_plugin_and_keeps_it_through_a_corrupt_update() {
         &wasm_file,
         "hostpath",
     );
-    support::kubectl_apply(&sim.url(), NS, &packed);
+    api.kubectl_apply(NS, &packed);
 
     // The host: plugins from ConfigMaps only (no --plugins-dir).
     let kubeconfig = work.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, sim.kubeconfig()).unwrap();
+    std::fs::write(&kubeconfig, api.kubeconfig()).unwrap();
     let policy = work.path().join("policy.yaml");
     std::fs::write(
         &policy,
@@ -170,7 +177,7 @@ async fn run_serves_a_packed_plugin_and_keeps_it_through_a_corrupt_update() {
     assert_eq!(data.len(), 1);
     *data.values_mut().next().unwrap() = ByteString(b"definitely not zstd".to_vec());
     let corrupt = serde_yaml::to_string(&cm).unwrap();
-    support::kubectl_apply(&sim.url(), NS, corrupt.as_bytes());
+    api.kubectl_apply(NS, corrupt.as_bytes());
 
     let events: Api<Event> = Api::namespaced(client.clone(), NS);
     let note = eventually("a PluginRejected Warning on the ConfigMap", || async {

@@ -211,18 +211,25 @@ pub fn free_port() -> u16 {
 /// `kubectl --server URL apply --server-side -f -` of `yaml`, as a user runs
 /// it; panics with kubectl's output if it fails.
 pub fn kubectl_apply(server: &str, namespace: &str, yaml: &[u8]) {
+    let mut kubectl = std::process::Command::new("kubectl");
+    kubectl.args([
+        "--server",
+        server,
+        "apply",
+        "--server-side",
+        "-n",
+        namespace,
+        "-f",
+        "-",
+    ]);
+    pipe_to(kubectl, yaml)
+}
+
+/// Runs `kubectl` with `yaml` on its standard input; panics with its output
+/// if it fails.
+fn pipe_to(mut kubectl: std::process::Command, yaml: &[u8]) {
     use std::io::Write;
-    let mut kubectl = std::process::Command::new("kubectl")
-        .args([
-            "--server",
-            server,
-            "apply",
-            "--server-side",
-            "-n",
-            namespace,
-            "-f",
-            "-",
-        ])
+    let mut kubectl = kubectl
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -232,7 +239,7 @@ pub fn kubectl_apply(server: &str, namespace: &str, yaml: &[u8]) {
     let out = kubectl.wait_with_output().unwrap();
     assert!(
         out.status.success(),
-        "kubectl apply --server-side failed: {}{}",
+        "kubectl apply failed: {}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
@@ -285,13 +292,100 @@ where
     }
 }
 
-/// A control plane of its own for one test (the scenarios change
-/// cluster-wide objects), built on first use and started in seconds.
-pub async fn start_real_cluster() -> test_cluster::Cluster {
-    tokio::task::spawn_blocking(|| test_cluster::Cluster::start(Default::default()))
-        .await
-        .expect("the cluster start task panicked")
-        .unwrap_or_else(|e| panic!("starting a real test cluster: {e}"))
+/// Which API server a test runs against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Server {
+    Simulated,
+    /// A real control plane (tests/cluster), the ground truth.
+    Real,
+}
+
+/// A running API server of either kind, with `nodes` registered.
+pub enum TestApi {
+    Simulated(kube_sim::Simulator),
+    /// A control plane of its own: tests change cluster-wide objects.
+    Real(test_cluster::Cluster),
+}
+
+impl TestApi {
+    /// Starts `server` (the simulator with `sim`, a real control plane with
+    /// `real`) and returns it with an admin client.
+    pub async fn start(
+        server: Server,
+        nodes: &[&str],
+        sim: kube_sim::Config,
+        real: test_cluster::Options,
+    ) -> (TestApi, kube::Client) {
+        match server {
+            Server::Simulated => {
+                let sim = kube_sim::Simulator::start(kube_sim::Config {
+                    nodes: nodes.iter().map(|n| n.to_string()).collect(),
+                    ..sim
+                })
+                .await
+                .unwrap();
+                let client = sim.client().unwrap();
+                (TestApi::Simulated(sim), client)
+            }
+            Server::Real => {
+                let cluster = tokio::task::spawn_blocking(|| test_cluster::Cluster::start(real))
+                    .await
+                    .expect("the cluster start task panicked")
+                    .unwrap_or_else(|e| panic!("starting a real test cluster: {e}"));
+                let client = cluster.client().await.unwrap();
+                for node in nodes {
+                    create_node(&client, node).await;
+                }
+                (TestApi::Real(cluster), client)
+            }
+        }
+    }
+
+    /// The simulator, for a test that injects faults or reads its request log.
+    pub fn sim(&self) -> &kube_sim::Simulator {
+        match self {
+            TestApi::Simulated(sim) => sim,
+            TestApi::Real(_) => panic!("this test needs the simulated API server"),
+        }
+    }
+
+    /// An admin kubeconfig (YAML), e.g. for a `wasmprov run` process.
+    pub fn kubeconfig(&self) -> String {
+        match self {
+            TestApi::Simulated(sim) => sim.kubeconfig(),
+            TestApi::Real(cluster) => cluster.kubeconfig_with_token(cluster.admin_token()),
+        }
+    }
+
+    /// `kubectl apply --server-side -n NAMESPACE -f -` of `yaml`, as a user
+    /// runs it (on the real server with the kubectl of its release).
+    pub fn kubectl_apply(&self, namespace: &str, yaml: &[u8]) {
+        match self {
+            TestApi::Simulated(sim) => kubectl_apply(&sim.url(), namespace, yaml),
+            TestApi::Real(cluster) => {
+                let mut kubectl = cluster.kubectl();
+                kubectl.args(["apply", "--server-side", "-n", namespace, "-f", "-"]);
+                pipe_to(kubectl, yaml)
+            }
+        }
+    }
+
+    /// What makes the scheduler pick a node for WaitForFirstConsumer claim
+    /// `claim`: on the real server a pod using it (named after the claim),
+    /// which the real scheduler places; on the simulator the test acts as
+    /// the scheduler and picks `node`.
+    pub async fn use_claim_in_a_pod(
+        &self,
+        client: &kube::Client,
+        namespace: &str,
+        claim: &str,
+        node: &str,
+    ) {
+        match self {
+            TestApi::Simulated(sim) => sim.schedule_claim(namespace, claim, node).await.unwrap(),
+            TestApi::Real(_) => create_pod(client, namespace, claim, claim).await,
+        }
+    }
 }
 
 /// A schedulable Node, as kubelet would register it: its hostname label
