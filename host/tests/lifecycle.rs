@@ -75,6 +75,8 @@ on_both_servers!(
     a_claim_that_keeps_failing_is_given_up_with_an_event_saying_how_to_retry,
     a_volume_that_keeps_failing_to_delete_is_given_up_with_an_event,
     a_standby_process_takes_over_when_the_leader_process_is_killed,
+    the_hosts_own_claim_writes_do_not_cut_a_backoff_short,
+    an_invalid_argument_counts_towards_giving_up,
 );
 
 /// A cluster (real or simulated, with one node) with a wasmprov host
@@ -1523,4 +1525,83 @@ async fn a_standby_process_takes_over_when_the_leader_process_is_killed(server: 
         "replica-b"
     );
     c.one_volume_and_directory_each(2).await;
+}
+
+/// With `--claim-finalizer` each attempt patches the claim twice (the
+/// finalizer on, then off), and each patch is a watch event. Those must not
+/// cut the backoff short: at the default backoff (1 s, doubling) a failing
+/// claim is tried at 0, 1 and 3 s, so at most 3 times in its first 6 s; an
+/// invalid-argument claim is retried slowly (5 minutes), so once.
+async fn the_hosts_own_claim_writes_do_not_cut_a_backoff_short(server: Server) {
+    let misbehaving = rust_guest_path("misbehave");
+    let c = Cluster::start_with(
+        server,
+        &[("failing", misbehaving.clone()), ("invalid", misbehaving)],
+        |config| {
+            config.claim_finalizer = true;
+            let defaults = lifecycle::Config::new(PROVISIONER);
+            config.retry_base = defaults.retry_base;
+            config.max_retry = defaults.max_retry;
+        },
+    )
+    .await;
+    c.class(
+        "failing",
+        &[("plugin", "failing"), ("behavior", "fail")],
+        serde_json::json!({}),
+    )
+    .await;
+    c.class(
+        "invalid",
+        &[("plugin", "invalid"), ("behavior", "invalid-argument")],
+        serde_json::json!({}),
+    )
+    .await;
+    c.claim("fails", "failing", serde_json::json!({})).await;
+    c.claim("refused", "invalid", serde_json::json!({})).await;
+    eventually("both claims were tried", || async {
+        (plugin_calls(&c.metrics, "failing", "provision") >= 1
+            && plugin_calls(&c.metrics, "invalid", "provision") >= 1)
+            .then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let failing = plugin_calls(&c.metrics, "failing", "provision");
+    let invalid = plugin_calls(&c.metrics, "invalid", "provision");
+    assert!(
+        (2..=3).contains(&failing),
+        "a failing claim is tried at 0, 1 and 3 s: {failing} calls in its first 6 s"
+    );
+    assert_eq!(invalid, 1, "an invalid-argument claim waits minutes");
+    // The finalizer came off after each attempt: no claim is left held.
+    for name in ["fails", "refused"] {
+        let claim = c.claims().get(name).await.unwrap();
+        assert!(
+            !claim.finalizers().iter().any(|f| f == CLAIM_FINALIZER),
+            "{name}: {:?}",
+            claim.finalizers()
+        );
+    }
+}
+
+/// An invalid-argument answer is a failure like any other for
+/// `--failed-provision-threshold`: at 1, the host gives up at once and says so.
+async fn an_invalid_argument_counts_towards_giving_up(server: Server) {
+    let c = Cluster::start_with(server, &[misbehave()], |config| {
+        config.failed_provision_threshold = 1;
+    })
+    .await;
+    c.class(
+        "invalid",
+        &[("plugin", "misbehave"), ("behavior", "invalid-argument")],
+        serde_json::json!({}),
+    )
+    .await;
+    c.claim("refused", "invalid", serde_json::json!({})).await;
+    c.event(
+        "refused",
+        "ProvisioningFailed",
+        "Gave up provisioning after 1 failed attempt",
+    )
+    .await;
 }

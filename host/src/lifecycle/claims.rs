@@ -16,7 +16,7 @@ use super::decide::{self, keys, ClaimDecision};
 use super::finalizers;
 use super::in_progress::{self, Finish};
 use super::reasons::*;
-use super::{retry_after, AfterFailure, Context, Error};
+use super::{AfterFailure, Context, Error};
 use crate::metrics::Metrics;
 use crate::provisioner::{ProvisionOptions, ProvisionState, Provisioner};
 
@@ -109,15 +109,26 @@ fn version<P>(claim: &PersistentVolumeClaim, ctx: &Context<P>) -> String {
 
 /// Counts a failed provision of `claim` against the threshold, and logs.
 fn failed<P>(claim: &PersistentVolumeClaim, ctx: &Context<P>, error: &str) -> AfterFailure {
+    failed_at_least(claim, ctx, error, Duration::ZERO)
+}
+
+/// [`failed`], retrying no sooner than `min_delay`.
+fn failed_at_least<P>(
+    claim: &PersistentVolumeClaim,
+    ctx: &Context<P>,
+    error: &str,
+    min_delay: Duration,
+) -> AfterFailure {
     let threshold = ctx.config.failed_provision_threshold;
-    let failure = ctx.fail(
+    let failure = ctx.fail_at_least(
         &claim.uid().unwrap_or_default(),
         threshold,
         &version(claim, ctx),
+        min_delay,
     );
     match failure {
-        AfterFailure::Retry(n) => {
-            tracing::warn!(claim = %key(claim), failures = n, error, "provisioning failed; retrying")
+        AfterFailure::Retry { failures, after } => {
+            tracing::warn!(claim = %key(claim), failures, retry_in = ?after, error, "provisioning failed; retrying")
         }
         AfterFailure::GiveUp(n) => {
             tracing::error!(claim = %key(claim), failures = n, threshold, error, "provisioning failed; giving up until the claim or its StorageClass changes")
@@ -197,9 +208,16 @@ async fn provision<P: Provisioner>(
         }
     }
 
-    if ctx.given_up(&uid, &version(claim, ctx)) {
+    let this_version = version(claim, ctx);
+    if ctx.given_up(&uid, &this_version) {
         tracing::debug!(claim = %key(claim), "gave up provisioning; waiting for a change");
         return Ok(Action::await_change());
+    }
+    // Woken during a backoff by a change that is not the claim's own (the
+    // watch event of our finalizer patch): the backoff still holds.
+    if let Some(left) = ctx.backing_off(&uid, &this_version) {
+        tracing::debug!(claim = %key(claim), retry_in = ?left, "backing off");
+        return Ok(Action::requeue(left));
     }
 
     let selected_node = match claim
@@ -363,10 +381,21 @@ async fn provision_failed<P: Provisioner>(
             Ok(Action::await_change())
         }
         ProvisionState::InvalidArgument => {
+            // Nothing will change until the claim or class does: retry
+            // slowly, and count it towards giving up like any failure.
             ctx.events
-                .warning(&reference, PROVISIONING_FAILED, "Provisioning", message)
+                .warning(
+                    &reference,
+                    PROVISIONING_FAILED,
+                    "Provisioning",
+                    message.clone(),
+                )
                 .await;
-            Ok(retry_after(SLOW_RETRY))
+            let failure = failed_at_least(claim, ctx, &message, SLOW_RETRY);
+            if let AfterFailure::GiveUp(n) = failure {
+                give_up_event(claim, ctx, n, &message).await;
+            }
+            Ok(ctx.after(failure))
         }
         ProvisionState::Failed | ProvisionState::InBackground => {
             ctx.events

@@ -117,13 +117,17 @@ struct Failures {
     /// what it depends on) that was given up on. Like the Go library, the
     /// host tries once more when that changes.
     gave_up_at: Option<String>,
+    /// The version that last failed, and when it may be tried again. A
+    /// reconcile before then of the same version (woken by a watch event of
+    /// the host's own write, e.g. a finalizer patch) waits out the rest.
+    retry: Option<(String, std::time::Instant)>,
 }
 
 /// What a failure leads to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum AfterFailure {
-    /// Retry after the backoff of this many failures.
-    Retry(u32),
+    /// Retry after `after`, the backoff of this many failures.
+    Retry { failures: u32, after: Duration },
     /// The threshold is reached after this many failures: stop retrying.
     GiveUp(u32),
 }
@@ -136,15 +140,42 @@ impl<P> Context<P> {
     /// Records a failure of `uid` (at `version`) against `threshold` (0:
     /// never give up).
     fn fail(&self, uid: &str, threshold: u32, version: &str) -> AfterFailure {
+        self.fail_at_least(uid, threshold, version, Duration::ZERO)
+    }
+
+    /// [`Context::fail`], retrying no sooner than `min_delay`.
+    fn fail_at_least(
+        &self,
+        uid: &str,
+        threshold: u32,
+        version: &str,
+        min_delay: Duration,
+    ) -> AfterFailure {
         let mut all = self.lock_failures();
         let f = all.entry(uid.to_owned()).or_default();
         f.count = f.count.saturating_add(1);
         if threshold > 0 && f.count >= threshold {
             f.gave_up_at = Some(version.to_owned());
+            f.retry = None;
             AfterFailure::GiveUp(f.count)
         } else {
-            AfterFailure::Retry(f.count)
+            let delay = self.backoff(f.count).max(min_delay);
+            f.retry = Some((version.to_owned(), std::time::Instant::now() + delay));
+            AfterFailure::Retry {
+                failures: f.count,
+                after: delay,
+            }
         }
+    }
+
+    /// How much longer `uid` backs off, if its last failure was of this
+    /// same `version` (a changed object is tried at once, as the Go
+    /// library's informer would).
+    fn backing_off(&self, uid: &str, version: &str) -> Option<Duration> {
+        let all = self.lock_failures();
+        let (failed, at) = all.get(uid)?.retry.as_ref()?;
+        let left = at.checked_duration_since(std::time::Instant::now())?;
+        (failed == version && !left.is_zero()).then_some(left)
     }
 
     fn succeed(&self, uid: &str) {
@@ -162,7 +193,7 @@ impl<P> Context<P> {
     /// The action after a failure: retry with backoff, or stop.
     fn after(&self, failure: AfterFailure) -> Action {
         match failure {
-            AfterFailure::Retry(n) => Action::requeue(self.backoff(n)),
+            AfterFailure::Retry { after, .. } => Action::requeue(after),
             AfterFailure::GiveUp(_) => Action::await_change(),
         }
     }
@@ -302,11 +333,6 @@ pub async fn run<P: Provisioner>(
     tracing::info!("provisioning lifecycle stopped");
 }
 
-/// Requeue after a failure counted by the reconciler itself.
-fn retry_after(d: Duration) -> Action {
-    Action::requeue(d)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -334,11 +360,18 @@ mod tests {
         }
     }
 
+    fn retries(failures: u32) -> AfterFailure {
+        AfterFailure::Retry {
+            failures,
+            after: context().backoff(failures),
+        }
+    }
+
     #[tokio::test]
     async fn a_threshold_gives_up_until_the_object_changes() {
         let ctx = context();
-        assert_eq!(ctx.fail("u", 3, "v1"), AfterFailure::Retry(1));
-        assert_eq!(ctx.fail("u", 3, "v1"), AfterFailure::Retry(2));
+        assert_eq!(ctx.fail("u", 3, "v1"), retries(1));
+        assert_eq!(ctx.fail("u", 3, "v1"), retries(2));
         assert!(!ctx.given_up("u", "v1"));
         assert_eq!(ctx.fail("u", 3, "v1"), AfterFailure::GiveUp(3));
         assert!(ctx.given_up("u", "v1"));
@@ -349,10 +382,30 @@ mod tests {
         // A success starts over.
         ctx.succeed("u");
         assert!(!ctx.given_up("u", "v2"));
-        assert_eq!(ctx.fail("u", 3, "v2"), AfterFailure::Retry(1));
+        assert_eq!(ctx.fail("u", 3, "v2"), retries(1));
         // 0: never give up.
         for n in 1..100 {
-            assert_eq!(ctx.fail("w", 0, "v"), AfterFailure::Retry(n));
+            assert_eq!(ctx.fail("w", 0, "v"), retries(n));
         }
+    }
+
+    #[tokio::test]
+    async fn a_failed_version_backs_off_until_its_retry_and_a_changed_one_does_not() {
+        let ctx = context();
+        assert_eq!(ctx.backing_off("u", "v1"), None, "nothing failed yet");
+        ctx.fail("u", 0, "v1");
+        let left = ctx
+            .backing_off("u", "v1")
+            .expect("backs off after a failure");
+        assert!(left <= ctx.backoff(1) && left > Duration::ZERO, "{left:?}");
+        assert_eq!(
+            ctx.backing_off("u", "v2"),
+            None,
+            "a changed claim is tried at once"
+        );
+        ctx.fail_at_least("u", 0, "v1", Duration::from_secs(300));
+        assert!(ctx.backing_off("u", "v1").unwrap() > Duration::from_secs(299));
+        ctx.succeed("u");
+        assert_eq!(ctx.backing_off("u", "v1"), None, "a success ends it");
     }
 }

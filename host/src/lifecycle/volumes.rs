@@ -99,8 +99,8 @@ fn failed<P>(pv: &PersistentVolume, ctx: &Context<P>, error: &str) -> AfterFailu
     let threshold = ctx.config.failed_delete_threshold;
     let failure = ctx.fail(&pv.uid().unwrap_or_default(), threshold, &version(pv));
     match failure {
-        AfterFailure::Retry(n) => {
-            tracing::warn!(volume = %pv.name_any(), failures = n, error, "deleting failed; retrying")
+        AfterFailure::Retry { failures, after } => {
+            tracing::warn!(volume = %pv.name_any(), failures, retry_in = ?after, error, "deleting failed; retrying")
         }
         AfterFailure::GiveUp(n) => {
             tracing::error!(volume = %pv.name_any(), failures = n, threshold, error, "deleting failed; giving up until the volume changes")
