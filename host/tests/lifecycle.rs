@@ -103,8 +103,17 @@ impl Cluster {
         plugins: &[(&str, PathBuf)],
         tune: fn(&mut lifecycle::Config),
     ) -> Self {
-        let (api, client) =
-            TestApi::start(server, &[NODE], Default::default(), Default::default()).await;
+        let (api, client) = TestApi::start(
+            server,
+            &[NODE],
+            // A log of requests by bearer token, for the request budget.
+            kube_sim::Config {
+                record_requests: true,
+                ..Default::default()
+            },
+            Default::default(),
+        )
+        .await;
         let volumes_dir = tempfile::tempdir().unwrap();
         let plugins_dir = tempfile::tempdir().unwrap();
         for (name, file) in plugins {
@@ -1604,4 +1613,55 @@ async fn an_invalid_argument_counts_towards_giving_up(server: Server) {
         "Gave up provisioning after 1 failed attempt",
     )
     .await;
+}
+
+/// Claims that are not ours cost no API request: a static claim
+/// (`storageClassName: manual`, bound to a volume an admin made) and a
+/// claim of a class that does not exist and that the PV controller has
+/// handed to no provisioner. The Go library looks at the claim's
+/// storage-provisioner annotation before anything else; so does the host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_that_are_not_ours_cost_no_api_request() {
+    let mut c = Cluster::start(Server::Simulated, &[hostpath()]).await;
+    c.stop_host().await;
+    let host_token = "the-host";
+    let client = kube::Client::try_from(
+        kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::from_yaml(&c.sim().kubeconfig_with_token(host_token))
+                .unwrap(),
+            &Default::default(),
+        )
+        .await
+        .unwrap(),
+    )
+    .unwrap();
+    let static_pv: PersistentVolume = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "admin-made"},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                 "storageClassName": "manual", "hostPath": {"path": "/srv/data"}},
+    }))
+    .unwrap();
+    c.volumes()
+        .create(&PostParams::default(), &static_pv)
+        .await
+        .unwrap();
+    c.claim("static", "manual", serde_json::json!({})).await;
+    c.claim("nowhere", "missing", serde_json::json!({})).await;
+    c.bound_volume("static").await;
+
+    let dir = c._plugins_dir.path().to_owned();
+    c.start_host_with_client(dir, client).await;
+    // The host lists and watches; then a few reconciles of both claims.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let touched: Vec<String> = c
+        .sim()
+        .requests()
+        .into_iter()
+        .filter(|r| r.user == host_token && !matches!(r.verb.as_str(), "list" | "watch"))
+        .map(|r| format!("{} {} {}/{}", r.verb, r.resource, r.namespace, r.name))
+        .collect();
+    assert!(
+        touched.is_empty(),
+        "requests for claims that are not ours: {touched:?}"
+    );
 }

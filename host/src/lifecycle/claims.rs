@@ -34,14 +34,10 @@ pub(super) async fn reconcile<P: Provisioner>(
         .as_ref()
         .and_then(|s| s.storage_class_name.clone())
         .unwrap_or_default();
-    let mut class = ctx.classes.get(&ObjectRef::new(&class_name));
-    if class.is_none() && !class_name.is_empty() {
-        // The class watch may lag behind the event that woke this claim.
-        class = Api::<StorageClass>::all(ctx.client.clone())
-            .get_opt(&class_name)
-            .await?
-            .map(Arc::new);
+    if !decide::is_ours(&claim, &ctx.config.names) {
+        return Ok(Action::await_change());
     }
+    let class = ctx.classes.get(&ObjectRef::new(&class_name));
     let decision = decide::claim(&claim, class.as_deref(), &ctx.config.names, |p| {
         ctx.provisioner.plugin(p)
     });
@@ -49,8 +45,11 @@ pub(super) async fn reconcile<P: Provisioner>(
     match decision {
         ClaimDecision::Ignore | ClaimDecision::WaitForNode => Ok(Action::await_change()),
         ClaimDecision::WaitForClass(name) => {
-            tracing::info!(claim = %key(&claim), class = %name, "waiting for the claim's StorageClass to exist");
-            Ok(Action::requeue(WAIT_FOR_CLASS))
+            // Handed to us, so the PV controller saw the class: our class
+            // watch lags behind (a moment), or the class was deleted since.
+            // Look again soon, from the cache: no request.
+            tracing::debug!(claim = %key(&claim), class = %name, "waiting for the claim's StorageClass");
+            Ok(Action::requeue(ctx.config.retry_base.min(WAIT_FOR_CLASS)))
         }
         ClaimDecision::Refuse(message) => {
             ctx.events

@@ -54,6 +54,20 @@ pub enum ClaimDecision {
     FinishDeleted { plugin: String },
 }
 
+/// Whether the PV controller has handed `claim` to one of our names (its
+/// storage-provisioner annotation, GA or beta), as the Go library checks
+/// before anything else. Claims of other provisioners and static claims
+/// (`storageClassName: manual`) are not: they must cost no API request.
+pub fn is_ours(claim: &PersistentVolumeClaim, names: &Names) -> bool {
+    let annotations = claim.metadata.annotations.as_ref();
+    annotations
+        .and_then(|a| {
+            a.get(keys::STORAGE_PROVISIONER)
+                .or_else(|| a.get(keys::STORAGE_PROVISIONER_BETA))
+        })
+        .is_some_and(|p| names.contains(p))
+}
+
 /// Decides what to do with a claim. `class` is the claim's StorageClass if it
 /// exists; `plugin` looks up a plugin by name.
 pub fn claim(
@@ -64,13 +78,9 @@ pub fn claim(
 ) -> ClaimDecision {
     let spec = claim.spec.as_ref();
     let annotations = claim.metadata.annotations.as_ref();
-    let provisioner = annotations.and_then(|a| {
-        a.get(keys::STORAGE_PROVISIONER)
-            .or_else(|| a.get(keys::STORAGE_PROVISIONER_BETA))
-    });
     // Another wasmprov host (another provisioner name) uses the same claim
     // finalizer: the annotation says whose claim it is, always.
-    if !provisioner.is_some_and(|p| names.contains(p)) {
+    if !is_ours(claim, names) {
         return ClaimDecision::Ignore;
     }
     let held = claim
