@@ -77,6 +77,8 @@ on_both_servers!(
     a_standby_process_takes_over_when_the_leader_process_is_killed,
     the_hosts_own_claim_writes_do_not_cut_a_backoff_short,
     an_invalid_argument_counts_towards_giving_up,
+    an_empty_selected_node_is_no_node,
+    reschedule_without_a_selected_node_is_retried_with_backoff,
 );
 
 /// A cluster (real or simulated, with one node) with a wasmprov host
@@ -1663,5 +1665,114 @@ async fn claims_that_are_not_ours_cost_no_api_request() {
     assert!(
         touched.is_empty(),
         "requests for claims that are not ours: {touched:?}"
+    );
+}
+
+/// `volume.kubernetes.io/selected-node: ""` is no node: a
+/// WaitForFirstConsumer claim still waits for the scheduler, instead of
+/// being provisioned with no node.
+async fn an_empty_selected_node_is_no_node(server: Server) {
+    let c = Cluster::start(server, &[hostpath()]).await;
+    c.hostpath_class(
+        "local",
+        serde_json::json!({"volumeBindingMode": "WaitForFirstConsumer", "parameters": {"plugin": "hostpath", "hostRoot": c.volumes_dir.path().display().to_string(), "nodeAffinity": "true"}}),
+    )
+    .await;
+    c.claim("data", "local", serde_json::json!({})).await;
+    let empty = serde_json::json!({"metadata": {"annotations": {"volume.kubernetes.io/selected-node": ""}}});
+    c.claims()
+        .patch(
+            "data",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&empty),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        plugin_calls(&c.metrics, "hostpath", "provision"),
+        0,
+        "the plugin is not asked without a node"
+    );
+    assert!(c.no_volumes().await, "nothing provisioned without a node");
+    // A node selected for real (the real scheduler does not replace an
+    // annotation that is there, even empty: the test acts for it).
+    let chosen = serde_json::json!({"metadata": {"annotations": {"volume.kubernetes.io/selected-node": NODE}}});
+    c.claims()
+        .patch(
+            "data",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&chosen),
+        )
+        .await
+        .unwrap();
+    let pv = c.bound_volume("data").await;
+    assert!(serde_json::to_string(&pv.spec.unwrap().node_affinity)
+        .unwrap()
+        .contains(NODE));
+}
+
+/// A plugin answering `reschedule` for a claim no scheduler placed (an
+/// Immediate class) has nobody to ask for another node: it is a failure,
+/// reported and retried with backoff, not a claim left waiting for ever.
+async fn reschedule_without_a_selected_node_is_retried_with_backoff(server: Server) {
+    let c = Cluster::start(server, &[misbehave()]).await;
+    c.class(
+        "picky",
+        &[("plugin", "misbehave"), ("behavior", "reschedule")],
+        serde_json::json!({}),
+    )
+    .await;
+    c.claim("data", "picky", serde_json::json!({})).await;
+    c.event("data", "ProvisioningFailed", "no selected node to give up")
+        .await;
+    eventually("the claim is tried again", || async {
+        (plugin_calls(&c.metrics, "misbehave", "provision") >= 3).then_some(())
+    })
+    .await;
+}
+
+/// The scheduler chose another node while the plugin was refusing the
+/// first: the host's removal of the refused node tests that it is still the
+/// one selected, so the new choice stands and is provisioned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_node_chosen_during_a_refusal_is_kept() {
+    const OTHER: &str = "worker-2";
+    let c = Cluster::start(Server::Simulated, &[misbehave()]).await;
+    create_node(&c.client, OTHER).await;
+    c.class(
+        "picky",
+        &[
+            ("plugin", "misbehave"),
+            ("behavior", "reschedule"),
+            ("refuse", NODE),
+            ("spin-ms", "1500"),
+        ],
+        serde_json::json!({"volumeBindingMode": "WaitForFirstConsumer"}),
+    )
+    .await;
+    c.claim("data", "picky", serde_json::json!({})).await;
+    c.sim()
+        .schedule_claim("default", "data", NODE)
+        .await
+        .unwrap();
+    // While the plugin thinks about NODE (1.5 s), the scheduler moves on.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        plugin_calls(&c.metrics, "misbehave", "provision"),
+        0,
+        "the plugin is still answering about the first node"
+    );
+    c.sim()
+        .schedule_claim("default", "data", OTHER)
+        .await
+        .unwrap();
+    c.event("data", "ProvisioningFailed", "this node cannot host it")
+        .await;
+    c.bound_volume("data").await;
+    let claim = c.claims().get("data").await.unwrap();
+    assert_eq!(
+        claim.annotations()["volume.kubernetes.io/selected-node"],
+        OTHER
     );
 }

@@ -219,11 +219,7 @@ async fn provision<P: Provisioner>(
         return Ok(Action::requeue(left));
     }
 
-    let selected_node = match claim
-        .annotations()
-        .get(keys::SELECTED_NODE)
-        .filter(|n| !n.is_empty())
-    {
+    let selected_node = match decide::selected_node(claim) {
         Some(node) => match Api::<Node>::all(ctx.client.clone()).get_opt(node).await? {
             Some(n) => Some(n),
             None => {
@@ -372,12 +368,26 @@ async fn provision_failed<P: Provisioner>(
     );
     match e.state {
         ProvisionState::NoChange => Ok(after_failure(claim, ctx, &message).await),
-        ProvisionState::Reschedule => {
+        ProvisionState::Reschedule if decide::selected_node(claim).is_some() => {
             ctx.events
                 .warning(&reference, PROVISIONING_FAILED, "Provisioning", message)
                 .await;
             unselect_node(claim, ctx).await?;
             Ok(Action::await_change())
+        }
+        ProvisionState::Reschedule => {
+            // No scheduler chose a node (an Immediate class): there is
+            // nobody to ask for another, so it is a failure to retry.
+            let message = format!("{message} (the claim has no selected node to give up)");
+            ctx.events
+                .warning(
+                    &reference,
+                    PROVISIONING_FAILED,
+                    "Provisioning",
+                    message.clone(),
+                )
+                .await;
+            Ok(after_failure(claim, ctx, &message).await)
         }
         ProvisionState::InvalidArgument => {
             // Nothing will change until the claim or class does: retry
@@ -447,11 +457,7 @@ async fn finish_deleted<P: Provisioner>(
     }
     // The plugin is asked for the same volume again (provisioning is
     // idempotent by volume name), so that it can be deleted.
-    let selected_node = match claim
-        .annotations()
-        .get(keys::SELECTED_NODE)
-        .filter(|n| !n.is_empty())
-    {
+    let selected_node = match decide::selected_node(claim) {
         Some(node) => Api::<Node>::all(ctx.client.clone()).get_opt(node).await?,
         None => None,
     };
@@ -517,18 +523,39 @@ async fn release_or_log<P>(claim: &PersistentVolumeClaim, ctx: &Context<P>) {
     }
 }
 
-/// Asks the scheduler for another node (the `reschedule` state).
+/// Asks the scheduler for another node (the `reschedule` state): removes
+/// the node this claim was provisioned for, unless the scheduler has chosen
+/// again meanwhile (the patch tests the value first; its new choice gets a
+/// reconcile of its own).
 async fn unselect_node<P>(claim: &PersistentVolumeClaim, ctx: &Context<P>) -> Result<(), Error> {
-    let claims = claims_api(claim, ctx);
-    let patch = serde_json::json!({"metadata": {"annotations": {keys::SELECTED_NODE: null}}});
-    claims
+    let Some(node) = decide::selected_node(claim) else {
+        return Ok(());
+    };
+    let path = format!(
+        "/metadata/annotations/{}",
+        keys::SELECTED_NODE.replace('~', "~0").replace('/', "~1")
+    );
+    let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
+        {"op": "test", "path": path, "value": node},
+        {"op": "remove", "path": path},
+    ]))
+    .map_err(|e| Error::Provision(format!("building the selected-node patch: {e}")))?;
+    match claims_api(claim, ctx)
         .patch(
             &claim.name_any(),
             &PatchParams::default(),
-            &Patch::Merge(&patch),
+            &Patch::Json::<()>(patch),
         )
-        .await?;
-    Ok(())
+        .await
+    {
+        Ok(_) => Ok(()),
+        // The test failed: the scheduler picked another node already.
+        Err(kube::Error::Api(e)) if e.code == 422 => {
+            tracing::info!(claim = %key(claim), node, "the scheduler selected another node meanwhile");
+            Ok(())
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 fn claim_uid(pv: &PersistentVolume) -> Option<String> {

@@ -54,6 +54,18 @@ pub enum ClaimDecision {
     FinishDeleted { plugin: String },
 }
 
+/// The node the scheduler selected for the claim; an empty annotation is
+/// none.
+pub fn selected_node(claim: &PersistentVolumeClaim) -> Option<&str> {
+    claim
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(keys::SELECTED_NODE)
+        .map(String::as_str)
+        .filter(|n| !n.is_empty())
+}
+
 /// Whether the PV controller has handed `claim` to one of our names (its
 /// storage-provisioner annotation, GA or beta), as the Go library checks
 /// before anything else. Claims of other provisioners and static claims
@@ -77,7 +89,6 @@ pub fn claim(
     plugin: impl Fn(&str) -> Result<PluginInfo, String>,
 ) -> ClaimDecision {
     let spec = claim.spec.as_ref();
-    let annotations = claim.metadata.annotations.as_ref();
     // Another wasmprov host (another provisioner name) uses the same claim
     // finalizer: the annotation says whose claim it is, always.
     if !is_ours(claim, names) {
@@ -124,6 +135,16 @@ pub fn claim(
         }
         return ClaimDecision::WaitForClass(class_name);
     };
+    if !names.contains(&class.provisioner) {
+        // The PV controller handed the claim to us when the class named
+        // us; the class has been recreated for someone else since.
+        return refuse(format!(
+            "StorageClass {class_name} names provisioner {:?}, not this host ({}): the claim was handed to this host before the class changed; recreate the claim to have {:?} provision it",
+            class.provisioner,
+            names.primary,
+            class.provisioner,
+        ));
+    }
     let Some(plugin_name) = class
         .parameters
         .as_ref()
@@ -149,7 +170,7 @@ pub fn claim(
         ));
     }
     if class.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer")
-        && !annotations.is_some_and(|a| a.contains_key(keys::SELECTED_NODE))
+        && selected_node(claim).is_none()
     {
         return ClaimDecision::WaitForNode;
     }
@@ -340,6 +361,24 @@ mod tests {
                 pvc(json!({})),
                 Some(sc(json!({"volumeBindingMode": "WaitForFirstConsumer"}))),
                 WaitForNode,
+            ),
+            (
+                "an empty selected node is none",
+                pvc(json!({"metadata": {"annotations": {"volume.kubernetes.io/selected-node": ""}}})),
+                Some(sc(json!({"volumeBindingMode": "WaitForFirstConsumer"}))),
+                WaitForNode,
+            ),
+            (
+                "refuse a claim whose class now names another provisioner",
+                pvc(json!({})),
+                Some(sc(json!({"provisioner": "ebs.csi.aws.com"}))),
+                Refuse("StorageClass fast names provisioner \"ebs.csi.aws.com\", not this host (wasmprov.io/host): the claim was handed to this host before the class changed; recreate the claim to have \"ebs.csi.aws.com\" provision it".into()),
+            ),
+            (
+                "a class naming an additional name of ours",
+                pvc(json!({})),
+                Some(sc(json!({"provisioner": "example.com/legacy"}))),
+                hostpath(),
             ),
             (
                 "provision WaitForFirstConsumer once a node is selected",

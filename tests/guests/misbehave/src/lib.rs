@@ -11,7 +11,8 @@
 //! - `spin-ms` (default `100`): how long `spin` busy-waits.
 //! - `refuse` (for `reschedule`): the only node names (comma-separated) it
 //!   refuses; on any other selected node it provisions. Without it, every
-//!   node is refused.
+//!   node is refused. With `spin-ms`, it busy-waits that long first (a slow
+//!   backend, during which the scheduler may choose again).
 //!
 //! Escape attempts (`read-passwd`, `write-outside`, `socket`) answer
 //! `failed("<what>: <error>")` when the sandbox denied them and a volume with the
@@ -195,6 +196,11 @@ impl Guest for Misbehave {
             "in-background" => Err(InBackground("misbehave: still creating".to_string())),
             "no-change" => Err(NoChange("misbehave: nothing changed".to_string())),
             "reschedule" => {
+                if param(params, "spin-ms").is_some() {
+                    busy_wait(Duration::from_millis(
+                        spin_ms(params).map_err(InvalidArgument)?,
+                    ));
+                }
                 let node = request.selected_node.as_ref().map(|n| n.name.as_str());
                 let refused = match param(params, "refuse") {
                     Some(list) => node.is_some_and(|n| list.split(',').any(|r| r == n)),
