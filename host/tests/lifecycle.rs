@@ -79,6 +79,8 @@ on_both_servers!(
     an_invalid_argument_counts_towards_giving_up,
     an_empty_selected_node_is_no_node,
     reschedule_without_a_selected_node_is_retried_with_backoff,
+    a_released_retain_volume_an_admin_deletes_goes,
+    the_volume_finalizer_follows_the_flag_on_existing_volumes,
 );
 
 /// A cluster (real or simulated, with one node) with a wasmprov host
@@ -652,8 +654,15 @@ async fn a_refused_node_is_given_up_for_another(server: Server) {
     )
     .await;
     c.claim("data", "picky", serde_json::json!({})).await;
-    // With one node, the first choice is that node.
-    c.use_claim_in_a_pod("data").await;
+    // With one node, the first choice is that node. (The pod prefers the
+    // other node once it exists, so the real scheduler's next choice is
+    // that one, not a coin toss between two equal nodes.)
+    match &c.api {
+        TestApi::Simulated(sim) => sim.schedule_claim("default", "data", NODE).await.unwrap(),
+        TestApi::Real(_) => {
+            create_pod_preferring(&c.client, "default", "data", "data", Some(OTHER)).await
+        }
+    }
     c.event("data", "ProvisioningFailed", "this node cannot host it")
         .await;
     let claims = c.claims();
@@ -772,9 +781,11 @@ async fn with_leader_election_only_the_leader_provisions_and_a_standby_takes_ove
     let replica = |identity: &str| {
         let client = c.client.clone();
         let mut lease = LeaseConfig::new("default", "wasmprov.io-host", identity);
-        lease.lease_duration = Duration::from_secs(2);
-        lease.renew_deadline = Duration::from_millis(1500);
-        lease.retry_period = Duration::from_millis(200);
+        // Long enough that a loaded machine does not lapse it (the leader
+        // hands over by releasing it, not by letting it expire).
+        lease.lease_duration = Duration::from_secs(8);
+        lease.renew_deadline = Duration::from_secs(6);
+        lease.retry_period = Duration::from_millis(500);
         let metrics = Arc::new(Metrics::default());
         let plugins_dir = c._plugins_dir.path().to_owned();
         let volumes = c.volumes_dir.path().to_owned();
@@ -1775,4 +1786,85 @@ async fn a_new_node_chosen_during_a_refusal_is_kept() {
         claim.annotations()["volume.kubernetes.io/selected-node"],
         OTHER
     );
+}
+
+const PV_FINALIZER: &str = "external-provisioner.volume.kubernetes.io/finalizer";
+
+async fn volume_finalized(c: &Cluster, name: &str, want: bool) {
+    let volumes = c.volumes();
+    eventually(
+        &format!(
+            "volume {name} {} our finalizer",
+            if want { "has" } else { "lacks" }
+        ),
+        || async {
+            let pv = volumes.get(name).await.ok()?;
+            (pv.finalizers().iter().any(|f| f == PV_FINALIZER) == want).then_some(())
+        },
+    )
+    .await;
+}
+
+/// With `--add-finalizer`, a Retain volume carries no finalizer of ours (it
+/// has no storage for us to reclaim), and one an older host left on it is
+/// removed: a Released Retain volume that an admin deletes goes, instead of
+/// staying Terminating for ever.
+async fn a_released_retain_volume_an_admin_deletes_goes(server: Server) {
+    let c = Cluster::start_with(server, &[hostpath()], |config| config.add_finalizer = true).await;
+    c.hostpath_class("keep", serde_json::json!({"reclaimPolicy": "Retain"}))
+        .await;
+    c.claim("data", "keep", serde_json::json!({})).await;
+    let pv = c.bound_volume("data").await;
+    let name = pv.name_any();
+    assert!(
+        !pv.finalizers().iter().any(|f| f == PV_FINALIZER),
+        "{:?}",
+        pv.finalizers()
+    );
+    // As an older host made it: with our finalizer.
+    let held = serde_json::json!({"metadata": {"finalizers": [PV_FINALIZER, "kubernetes.io/pv-protection"]}});
+    c.volumes()
+        .patch(
+            &name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&held),
+        )
+        .await
+        .unwrap();
+    volume_finalized(&c, &name, false).await;
+    c.delete_claim("data").await;
+    let volumes = c.volumes();
+    eventually("the volume is Released", || async {
+        let v = volumes.get(&name).await.ok()?;
+        (v.status?.phase? == "Released").then_some(())
+    })
+    .await;
+    volumes
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+    c.volume_gone(&name).await;
+    assert!(host_path(&pv).is_dir(), "Retain keeps the storage");
+}
+
+/// `--add-finalizer` is applied to volumes made before it was turned on,
+/// and taken off them when it is turned off, as the Go library does on
+/// every sync.
+async fn the_volume_finalizer_follows_the_flag_on_existing_volumes(server: Server) {
+    let mut c = Cluster::start(server, &[hostpath()]).await;
+    c.hostpath_class("fast", serde_json::json!({})).await;
+    c.claim("data", "fast", serde_json::json!({})).await;
+    let name = c.bound_volume("data").await.name_any();
+    volume_finalized(&c, &name, false).await;
+
+    let dir = c._plugins_dir.path().to_owned();
+    c.stop_host().await;
+    c.tune = |config| config.add_finalizer = true;
+    c.start_host(dir.clone()).await;
+    volume_finalized(&c, &name, true).await;
+
+    c.stop_host().await;
+    c.tune = |config| config.add_finalizer = false;
+    c.start_host(dir).await;
+    volume_finalized(&c, &name, false).await;
 }

@@ -285,7 +285,13 @@ async fn provision<P: Provisioner>(
         }
     };
     ctx.in_progress.forget(&uid);
-    if ctx.config.add_finalizer {
+    // Only a volume reclaimed by deletion has storage to guard.
+    let reclaim_delete = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.persistent_volume_reclaim_policy.as_deref())
+        == Some("Delete");
+    if ctx.config.add_finalizer && reclaim_delete {
         pv.metadata
             .finalizers
             .get_or_insert_with(Vec::new)

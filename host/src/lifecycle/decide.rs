@@ -187,44 +187,59 @@ pub enum VolumeDecision {
     Delete {
         plugin: String,
     },
+    /// Ours, reclaimed by deletion, and `--add-finalizer` is on: hold the
+    /// object with our finalizer (a volume made before it was turned on).
+    AddFinalizer,
+    /// Our finalizer guards nothing here (a Retain or Recycle volume, or
+    /// `--add-finalizer` turned off): remove it, or deleting the object
+    /// would wait for ever.
+    RemoveFinalizer,
 }
 
-/// Decides whether a volume's storage must be deleted: one we provisioned,
-/// with reclaim policy Delete, once it is Released. A volume object already
-/// being deleted is only handled while it carries our finalizer (otherwise
-/// it may vanish mid-way); a Bound volume's storage is never deleted, even
-/// when someone deletes its object (the Go library's `shouldDelete`).
-pub fn volume(pv: &PersistentVolume, names: &Names) -> VolumeDecision {
+/// Decides what to do with a volume, on every sync as the Go library does.
+/// Its storage is deleted when it is one we provisioned, with reclaim
+/// policy Delete, once it is Released. A volume object already being
+/// deleted is only handled while it carries our finalizer (otherwise it may
+/// vanish mid-way); a Bound volume's storage is never deleted, even when
+/// someone deletes its object (the Go library's `shouldDelete`). Our
+/// finalizer is kept exactly on our Delete volumes while `add_finalizer`.
+pub fn volume(pv: &PersistentVolume, names: &Names, add_finalizer: bool) -> VolumeDecision {
     let ann = pv.metadata.annotations.as_ref();
     let ours = ann
         .and_then(|a| a.get(annotations::PROVISIONED_BY))
         .is_some_and(|p| names.contains(p));
-    let Some(plugin) = ann.and_then(|a| a.get(annotations::PLUGIN)) else {
-        return VolumeDecision::Ignore;
-    };
-    let spec = pv.spec.as_ref();
-    let reclaim_delete =
-        spec.and_then(|s| s.persistent_volume_reclaim_policy.as_deref()) == Some("Delete");
-    if !ours || !reclaim_delete {
+    if !ours {
         return VolumeDecision::Ignore;
     }
+    let reclaim_delete = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.persistent_volume_reclaim_policy.as_deref())
+        == Some("Delete");
     let released = pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Released");
+    let deleting = pv.metadata.deletion_timestamp.is_some();
     let has_finalizer = pv
         .metadata
         .finalizers
         .iter()
         .flatten()
         .any(|f| f == keys::PV_FINALIZER);
-    if pv.metadata.deletion_timestamp.is_some() && !has_finalizer {
-        return VolumeDecision::Ignore;
-    }
-    if released {
-        VolumeDecision::Delete {
-            plugin: plugin.clone(),
+    let plugin = ann.and_then(|a| a.get(annotations::PLUGIN));
+    if let Some(plugin) = plugin.filter(|_| reclaim_delete && released) {
+        if deleting && !has_finalizer {
+            return VolumeDecision::Ignore;
         }
-    } else {
-        VolumeDecision::Ignore
+        return VolumeDecision::Delete {
+            plugin: plugin.clone(),
+        };
     }
+    if has_finalizer && (!reclaim_delete || (!add_finalizer && !deleting)) {
+        return VolumeDecision::RemoveFinalizer;
+    }
+    if add_finalizer && reclaim_delete && !has_finalizer && !deleting {
+        return VolumeDecision::AddFinalizer;
+    }
+    VolumeDecision::Ignore
 }
 
 #[cfg(test)]
@@ -553,7 +568,52 @@ mod tests {
             ),
         ];
         for (case, pv_obj, want) in cases {
-            assert_eq!(volume(&pv_obj, &names()), want, "{case}");
+            // (The finalizer's own table is below.)
+            assert_eq!(volume(&pv_obj, &names(), false), want, "{case}");
+        }
+    }
+
+    #[test]
+    fn our_finalizer_is_kept_exactly_on_our_delete_volumes_while_enabled() {
+        use VolumeDecision::*;
+        const FINALIZER: &str = "external-provisioner.volume.kubernetes.io/finalizer";
+        let bound = |extra: serde_json::Value| {
+            let mut base = json!({"status": {"phase": "Bound"}});
+            merge(&mut base, extra);
+            pv(base)
+        };
+        let held = json!({"metadata": {"finalizers": [FINALIZER]}});
+        let retain = json!({"spec": {"persistentVolumeReclaimPolicy": "Retain"}});
+        let cases = vec![
+            ("add it to a Delete volume made without it", bound(json!({})), true, AddFinalizer),
+            ("keep it", bound(held.clone()), true, Ignore),
+            ("remove it when turned off", bound(held.clone()), false, RemoveFinalizer),
+            ("nothing to do when off and absent", bound(json!({})), false, Ignore),
+            ("remove it from a Retain volume", bound(json!({"metadata": {"finalizers": [FINALIZER]}, "spec": {"persistentVolumeReclaimPolicy": "Retain"}})), true, RemoveFinalizer),
+            ("never add it to a Retain volume", bound(retain.clone()), true, Ignore),
+            (
+                "a deleted Released Retain volume is let go",
+                pv(json!({"metadata": {"finalizers": [FINALIZER], "deletionTimestamp": "2026-01-01T00:00:00Z"},
+                          "spec": {"persistentVolumeReclaimPolicy": "Retain"}})),
+                true,
+                RemoveFinalizer,
+            ),
+            (
+                "a deleted Bound Delete volume keeps it even when turned off (its storage is still to reclaim)",
+                bound(json!({"metadata": {"finalizers": [FINALIZER], "deletionTimestamp": "2026-01-01T00:00:00Z"}})),
+                false,
+                Ignore,
+            ),
+            ("never add it to an object being deleted", bound(json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}})), true, Ignore),
+            (
+                "not another provisioner's",
+                bound(json!({"metadata": {"annotations": {"pv.kubernetes.io/provisioned-by": "other"}}})),
+                true,
+                Ignore,
+            ),
+        ];
+        for (case, pv_obj, add_finalizer, want) in cases {
+            assert_eq!(volume(&pv_obj, &names(), add_finalizer), want, "{case}");
         }
     }
 }

@@ -20,8 +20,18 @@ pub(super) async fn reconcile<P: Provisioner>(
     pv: Arc<PersistentVolume>,
     ctx: Arc<Context<P>>,
 ) -> Result<Action, Error> {
-    let VolumeDecision::Delete { plugin } = decide::volume(&pv, &ctx.config.names) else {
-        return Ok(Action::await_change());
+    let volumes: Api<PersistentVolume> = Api::all(ctx.client.clone());
+    let plugin = match decide::volume(&pv, &ctx.config.names, ctx.config.add_finalizer) {
+        VolumeDecision::Ignore => return Ok(Action::await_change()),
+        VolumeDecision::AddFinalizer => {
+            finalizers::add(&volumes, &pv, keys::PV_FINALIZER).await?;
+            return Ok(Action::await_change());
+        }
+        VolumeDecision::RemoveFinalizer => {
+            finalizers::remove(&volumes, &pv, keys::PV_FINALIZER).await?;
+            return Ok(Action::await_change());
+        }
+        VolumeDecision::Delete { plugin } => plugin,
     };
     let name = pv.name_any();
     let uid = pv.uid().unwrap_or_default();
@@ -58,7 +68,6 @@ pub(super) async fn reconcile<P: Provisioner>(
             return Ok(after_failure(&pv, &ctx, &e.message).await);
         }
     }
-    let volumes: Api<PersistentVolume> = Api::all(ctx.client.clone());
     match volumes.delete(&name, &DeleteParams::default()).await {
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.code == 404 => {}

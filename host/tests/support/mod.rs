@@ -413,16 +413,33 @@ pub async fn create_node(client: &kube::Client, name: &str) {
 /// A Pod that mounts claim `claim`: what makes the scheduler choose a node
 /// for a WaitForFirstConsumer claim.
 pub async fn create_pod(client: &kube::Client, namespace: &str, name: &str, claim: &str) {
+    create_pod_preferring(client, namespace, name, claim, None).await
+}
+
+/// [`create_pod`], preferring node `prefer` when it exists (a soft node
+/// affinity: other nodes stay possible).
+pub async fn create_pod_preferring(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    claim: &str,
+    prefer: Option<&str>,
+) {
     use k8s_openapi::api::core::v1::Pod;
-    let pod: Pod = serde_json::from_value(serde_json::json!({
+    let mut pod = serde_json::json!({
         "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "containers": [{"name": "app", "image": "registry.invalid/app",
                 "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
             "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
         },
-    }))
-    .expect("a valid Pod");
+    });
+    if let Some(node) = prefer {
+        pod["spec"]["affinity"] = serde_json::json!({"nodeAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "preference": {
+                "matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}}]}});
+    }
+    let pod: Pod = serde_json::from_value(pod).expect("a valid Pod");
     kube::Api::<Pod>::namespaced(client.clone(), namespace)
         .create(&Default::default(), &pod)
         .await
