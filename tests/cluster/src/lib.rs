@@ -65,6 +65,8 @@ pub enum Error {
     },
     #[error("{what}: {message}")]
     Client { what: String, message: String },
+    #[error("generating the test cluster's {what}: {message}")]
+    Keys { what: String, message: String },
 }
 
 /// How to start a cluster.
@@ -139,7 +141,7 @@ pub fn binaries() -> Result<PathBuf, Error> {
         .map_err(Error::Build)
 }
 
-/// The admin's bearer token (user `admin`, group `system:masters`).
+/// The user name of [`Cluster::admin_token`] (in group `system:masters`).
 pub const ADMIN_TOKEN_USER: &str = "admin";
 
 /// A running control plane. Dropping it stops every process and removes

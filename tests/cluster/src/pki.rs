@@ -21,8 +21,8 @@ pub struct Keys {
 }
 
 fn failed(what: &str) -> impl FnOnce(rcgen::Error) -> Error + '_ {
-    move |e| Error::Client {
-        what: format!("generating the test cluster's {what}"),
+    move |e| Error::Keys {
+        what: what.to_owned(),
         message: e.to_string(),
     }
 }
