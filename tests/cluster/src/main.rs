@@ -18,16 +18,8 @@ struct Args {
     dir: Option<PathBuf>,
     /// How long a pod waits for its WaitForFirstConsumer claims to bind
     /// before the scheduler tries again (VolumeBinding bindTimeoutSeconds)
-    #[arg(long, default_value = "30s", value_parser = parse_seconds)]
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     bind_timeout: Duration,
-}
-
-fn parse_seconds(s: &str) -> Result<Duration, String> {
-    s.strip_suffix('s')
-        .unwrap_or(s)
-        .parse::<u64>()
-        .map(Duration::from_secs)
-        .map_err(|_| format!("{s:?} is not a number of seconds such as 30s"))
 }
 
 fn main() -> anyhow::Result<()> {
