@@ -8,7 +8,7 @@ use clap::Parser;
 
 /// Start a Kubernetes control plane (etcd, kube-apiserver,
 /// kube-controller-manager, kube-scheduler) on loopback, built from source
-/// on first use (tests/cluster/build.sh, 20-30 minutes once, then cached).
+/// on first use (tests/cluster/build.sh: about 8 minutes once, then cached).
 #[derive(Parser)]
 #[command(name = "test-cluster")]
 struct Args {
