@@ -81,6 +81,7 @@ on_both_servers!(
     reschedule_without_a_selected_node_is_retried_with_backoff,
     a_released_retain_volume_an_admin_deletes_goes,
     the_volume_finalizer_follows_the_flag_on_existing_volumes,
+    a_claim_given_up_on_is_tried_again_at_the_next_resync,
 );
 
 /// A cluster (real or simulated, with one node) with a wasmprov host
@@ -1867,4 +1868,40 @@ async fn the_volume_finalizer_follows_the_flag_on_existing_volumes(server: Serve
     c.tune = |config| config.add_finalizer = false;
     c.start_host(dir).await;
     volume_finalized(&c, &name, false).await;
+}
+
+/// Giving up lasts until the next resync (`--resync-period`, 15 minutes by
+/// default, as the Go library's informer): then the claim is tried once
+/// more, and given up on again if it still fails.
+async fn a_claim_given_up_on_is_tried_again_at_the_next_resync(server: Server) {
+    let c = Cluster::start_with(server, &[misbehave()], |config| {
+        config.failed_provision_threshold = 2;
+        config.resync = Duration::from_secs(3);
+    })
+    .await;
+    c.class(
+        "broken",
+        &[("plugin", "misbehave"), ("behavior", "fail")],
+        serde_json::json!({}),
+    )
+    .await;
+    c.claim("data", "broken", serde_json::json!({})).await;
+    c.event(
+        "data",
+        "ProvisioningFailed",
+        "Gave up provisioning after 2 failed attempts",
+    )
+    .await;
+    let e = c
+        .event(
+            "data",
+            "ProvisioningFailed",
+            "Gave up provisioning after 3 failed attempts",
+        )
+        .await;
+    let message = e.message.unwrap();
+    assert!(
+        message.contains("tries again once at each resync (--resync-period=3s) and each time"),
+        "{message}"
+    );
 }

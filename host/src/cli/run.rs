@@ -52,6 +52,11 @@ pub struct LifecycleArgs {
         env = "WASMPROV_FAILED_PROVISION_THRESHOLD"
     )]
     pub failed_provision_threshold: u32,
+    /// How often every claim and volume is looked at again, and what was
+    /// given up on (the thresholds) tried once more, as the Go library's
+    /// informer resync does ("0s": never).
+    #[arg(long, default_value = "15m", value_parser = humantime::parse_duration, env = "WASMPROV_RESYNC_PERIOD")]
+    pub resync_period: std::time::Duration,
     /// Failed deletes of one volume before giving up (0: never).
     #[arg(long, default_value_t = 15, env = "WASMPROV_FAILED_DELETE_THRESHOLD")]
     pub failed_delete_threshold: u32,
@@ -80,6 +85,7 @@ impl LifecycleArgs {
         config.claim_finalizer = self.claim_finalizer;
         config.failed_provision_threshold = self.failed_provision_threshold;
         config.failed_delete_threshold = self.failed_delete_threshold;
+        config.resync = self.resync_period;
         config
     }
 

@@ -145,10 +145,11 @@ fn give_up_event<P>(
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let message = format!(
         "Gave up provisioning after {failures} failed attempts (--failed-provision-threshold={}); \
-         the last error: {error}. The host tries again once each time the claim or its \
+         the last error: {error}. The host tries again once {}each time the claim or its \
          StorageClass changes (e.g. `kubectl annotate pvc {} -n {} wasmprov.io/retry=\"$(date +%s)\" \
          --overwrite`), and from scratch if the claim is recreated or the host restarts.",
         ctx.config.failed_provision_threshold,
+        ctx.resync_note(),
         claim.name_any(),
         claim.namespace().unwrap_or_default(),
     );

@@ -59,6 +59,10 @@ pub struct Config {
     pub controller_name: String,
     /// How long a stopping host lets reconciles in progress finish.
     pub shutdown_grace: Duration,
+    /// Every claim and volume is looked at again this often, and what was
+    /// given up on is tried once more (the Go library's informer resync);
+    /// zero: never.
+    pub resync: Duration,
 }
 
 impl Config {
@@ -78,6 +82,7 @@ impl Config {
             save_attempts: 5,
             controller_name: "wasmprov".to_owned(),
             shutdown_grace: Duration::from_secs(10),
+            resync: Duration::from_secs(15 * 60),
         }
     }
 }
@@ -107,6 +112,8 @@ struct Context<P> {
     in_progress: in_progress::InProgress,
     /// Failures per object uid, for backoff and thresholds.
     failures: Mutex<HashMap<String, Failures>>,
+    /// Resyncs so far: giving up lasts until the next one.
+    resyncs: tokio::sync::watch::Receiver<u64>,
 }
 
 /// The failures of one claim or volume.
@@ -114,9 +121,9 @@ struct Context<P> {
 struct Failures {
     count: u32,
     /// Set when the threshold was reached: the version (of the object and
-    /// what it depends on) that was given up on. Like the Go library, the
-    /// host tries once more when that changes.
-    gave_up_at: Option<String>,
+    /// what it depends on) that was given up on, and in which resync. Like
+    /// the Go library, the host tries once more when either changes.
+    gave_up_at: Option<(String, u64)>,
     /// The version that last failed, and when it may be tried again. A
     /// reconcile before then of the same version (woken by a watch event of
     /// the host's own write, e.g. a finalizer patch) waits out the rest.
@@ -155,7 +162,7 @@ impl<P> Context<P> {
         let f = all.entry(uid.to_owned()).or_default();
         f.count = f.count.saturating_add(1);
         if threshold > 0 && f.count >= threshold {
-            f.gave_up_at = Some(version.to_owned());
+            f.gave_up_at = Some((version.to_owned(), *self.resyncs.borrow()));
             f.retry = None;
             AfterFailure::GiveUp(f.count)
         } else {
@@ -184,10 +191,24 @@ impl<P> Context<P> {
 
     /// Whether the host gave up on `uid` and nothing changed since.
     fn given_up(&self, uid: &str, version: &str) -> bool {
+        let resync = *self.resyncs.borrow();
         self.lock_failures()
             .get(uid)
-            .and_then(|f| f.gave_up_at.as_deref())
-            == Some(version)
+            .and_then(|f| f.gave_up_at.as_ref())
+            .is_some_and(|(v, at)| v == version && *at == resync)
+    }
+
+    /// When a give-up ends by itself, for its event: "at each resync
+    /// (--resync-period=15m) and ", or nothing without resyncs.
+    fn resync_note(&self) -> String {
+        if self.config.resync.is_zero() {
+            String::new()
+        } else {
+            format!(
+                "at each resync (--resync-period={}) and ",
+                humantime::format_duration(self.config.resync)
+            )
+        }
     }
 
     /// The action after a failure: retry with backoff, or stop.
@@ -245,6 +266,16 @@ pub async fn run<P: Provisioner>(
         Api::<PersistentVolume>::all(client.clone()),
         watcher::Config::default(),
     );
+    let (resync_tx, resyncs) = tokio::sync::watch::channel(0u64);
+    if !config.resync.is_zero() {
+        let period = config.resync;
+        tasks.spawn(async move {
+            loop {
+                tokio::time::sleep(period).await;
+                resync_tx.send_modify(|n| *n += 1);
+            }
+        });
+    }
     let ctx = Arc::new(Context {
         events: Events::new(client.clone(), reporter),
         client: client.clone(),
@@ -254,6 +285,7 @@ pub async fn run<P: Provisioner>(
         classes,
         volumes: volumes.store(),
         failures: Mutex::default(),
+        resyncs: resyncs.clone(),
         config: config.clone(),
     });
     tasks.spawn(in_progress::sweep(
@@ -292,6 +324,7 @@ pub async fn run<P: Provisioner>(
                     .collect::<Vec<_>>()
             },
         )
+        .reconcile_all_on(on_resync(resyncs.clone()))
         .with_config(controller_config.clone())
         .graceful_shutdown_on(stopped(stop_rx.clone()))
         .run(claims::reconcile, claims::error_policy, ctx.clone())
@@ -301,6 +334,7 @@ pub async fn run<P: Provisioner>(
             }
         });
     let volumes = volumes
+        .reconcile_all_on(on_resync(resyncs))
         .with_config(controller_config)
         .graceful_shutdown_on(stopped(stop_rx))
         .run(volumes::reconcile, volumes::error_policy, ctx)
@@ -333,6 +367,16 @@ pub async fn run<P: Provisioner>(
     tracing::info!("provisioning lifecycle stopped");
 }
 
+/// One item per resync.
+fn on_resync(
+    resyncs: tokio::sync::watch::Receiver<u64>,
+) -> impl futures::Stream<Item = ()> + Send + 'static {
+    futures::stream::unfold(resyncs, |mut rx| async move {
+        rx.changed().await.ok()?;
+        Some(((), rx))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -357,6 +401,7 @@ mod tests {
             metrics: Arc::default(),
             in_progress: Default::default(),
             failures: Mutex::default(),
+            resyncs: tokio::sync::watch::channel(0).1,
         }
     }
 

@@ -137,9 +137,10 @@ fn give_up_event<P>(
     let message = format!(
         "Gave up deleting the storage after {failures} failed attempts (--failed-delete-threshold={}); \
          the last error: {error}. The volume and its storage are kept. The host tries again once \
-         each time the volume changes (e.g. `kubectl annotate pv {} wasmprov.io/retry=\"$(date +%s)\" \
+         {}each time the volume changes (e.g. `kubectl annotate pv {} wasmprov.io/retry=\"$(date +%s)\" \
          --overwrite`), and from scratch when the host restarts.",
         ctx.config.failed_delete_threshold,
+        ctx.resync_note(),
         pv.name_any(),
     );
     let events = ctx.events.clone();
