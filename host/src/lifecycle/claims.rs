@@ -386,50 +386,50 @@ async fn provision_failed<P: Provisioner>(
             // No scheduler chose a node (an Immediate class): there is
             // nobody to ask for another, so it is a failure to retry.
             let message = format!("{message} (the claim has no selected node to give up)");
-            ctx.events
-                .warning(
-                    &reference,
-                    PROVISIONING_FAILED,
-                    "Provisioning",
-                    message.clone(),
-                )
-                .await;
-            Ok(after_failure(claim, ctx, &message).await)
+            Ok(reported_failure(claim, ctx, &message, Duration::ZERO).await)
         }
+        // Nothing will change until the claim or class does: retry slowly,
+        // and count it towards giving up like any failure.
         ProvisionState::InvalidArgument => {
-            // Nothing will change until the claim or class does: retry
-            // slowly, and count it towards giving up like any failure.
-            ctx.events
-                .warning(
-                    &reference,
-                    PROVISIONING_FAILED,
-                    "Provisioning",
-                    message.clone(),
-                )
-                .await;
-            let failure = failed_at_least(claim, ctx, &message, SLOW_RETRY);
-            if let AfterFailure::GiveUp(n) = failure {
-                give_up_event(claim, ctx, n, &message).await;
-            }
-            Ok(ctx.after(failure))
+            Ok(reported_failure(claim, ctx, &message, SLOW_RETRY).await)
         }
         ProvisionState::Failed | ProvisionState::InBackground => {
-            ctx.events
-                .warning(
-                    &reference,
-                    PROVISIONING_FAILED,
-                    "Provisioning",
-                    message.clone(),
-                )
-                .await;
-            Ok(after_failure(claim, ctx, &message).await)
+            Ok(reported_failure(claim, ctx, &message, Duration::ZERO).await)
         }
     }
 }
 
+/// A failure the claim's events show: a Warning, then [`after_failure`].
+async fn reported_failure<P>(
+    claim: &PersistentVolumeClaim,
+    ctx: &Context<P>,
+    message: &str,
+    min_delay: Duration,
+) -> Action {
+    ctx.events
+        .warning(
+            &claim.object_ref(&()),
+            PROVISIONING_FAILED,
+            "Provisioning",
+            message.to_owned(),
+        )
+        .await;
+    after_failure_at_least(claim, ctx, message, min_delay).await
+}
+
 /// Counts a failure; on giving up, says so on the claim.
 async fn after_failure<P>(claim: &PersistentVolumeClaim, ctx: &Context<P>, error: &str) -> Action {
-    let failure = failed(claim, ctx, error);
+    after_failure_at_least(claim, ctx, error, Duration::ZERO).await
+}
+
+/// [`after_failure`], retrying no sooner than `min_delay`.
+async fn after_failure_at_least<P>(
+    claim: &PersistentVolumeClaim,
+    ctx: &Context<P>,
+    error: &str,
+    min_delay: Duration,
+) -> Action {
+    let failure = failed_at_least(claim, ctx, error, min_delay);
     if let AfterFailure::GiveUp(n) = failure {
         give_up_event(claim, ctx, n, error).await;
     }
