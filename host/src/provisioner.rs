@@ -32,6 +32,13 @@ pub trait Provisioner: Send + Sync + 'static {
         plugin: &str,
         pv: &PersistentVolume,
     ) -> impl Future<Output = Result<(), DeleteError>> + Send;
+
+    /// Changes each time a plugin becomes usable (a version loads), so the
+    /// lifecycle can look again at the claims and volumes that waited for
+    /// it instead of at their next retry. None: plugins never change.
+    fn plugins_changed(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
 }
 
 /// What the lifecycle needs to know about a plugin before calling it.

@@ -75,6 +75,8 @@ pub struct PluginRegistry {
     state: RwLock<State>,
     /// One reload at a time, so two versions of a plugin never race to swap.
     reloading: tokio::sync::Mutex<()>,
+    /// Counts the versions loaded ([`Provisioner::plugins_changed`]).
+    loaded: tokio::sync::watch::Sender<u64>,
 }
 
 #[derive(Default)]
@@ -110,6 +112,7 @@ impl PluginRegistry {
                 ..State::default()
             }),
             reloading: tokio::sync::Mutex::new(()),
+            loaded: tokio::sync::watch::channel(0).0,
         }
     }
 
@@ -204,6 +207,7 @@ impl PluginRegistry {
                 self.metrics.plugin_reload(name, "loaded");
                 self.metrics
                     .plugin_version(name, previous.as_deref(), Some(&digest));
+                self.loaded.send_modify(|n| *n += 1);
                 Reload::Loaded { digest }
             }
             Err(e) => {
@@ -436,6 +440,10 @@ impl PluginRegistry {
 }
 
 impl Provisioner for PluginRegistry {
+    fn plugins_changed(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(self.loaded.subscribe())
+    }
+
     fn plugin(&self, plugin: &str) -> Result<PluginInfo, String> {
         self.serving_version(plugin).map(|p| PluginInfo {
             block_volumes: p.supports_block(),

@@ -82,6 +82,7 @@ on_both_servers!(
     a_released_retain_volume_an_admin_deletes_goes,
     the_volume_finalizer_follows_the_flag_on_existing_volumes,
     a_claim_given_up_on_is_tried_again_at_the_next_resync,
+    a_claim_waiting_for_its_plugin_is_provisioned_when_the_plugin_loads,
 );
 
 /// A cluster (real or simulated, with one node) with a wasmprov host
@@ -1904,4 +1905,26 @@ async fn a_claim_given_up_on_is_tried_again_at_the_next_resync(server: Server) {
         message.contains("tries again once at each resync (--resync-period=3s) and each time"),
         "{message}"
     );
+}
+
+/// A claim refused because its class names a plugin that is not there is
+/// looked at again as soon as a version of that plugin loads, not at its
+/// next slow retry (5 minutes).
+async fn a_claim_waiting_for_its_plugin_is_provisioned_when_the_plugin_loads(server: Server) {
+    let mut c = Cluster::start(server, &[]).await;
+    // `wasmprov run`, which watches its plugins directory.
+    c.stop_host().await;
+    let work = tempfile::tempdir().unwrap();
+    let _host = HostProcess::spawn(&c, work.path(), "host");
+    c.hostpath_class("fast", serde_json::json!({})).await;
+    c.claim("data", "fast", serde_json::json!({})).await;
+    c.event("data", "ProvisioningFailed", "no plugin named \"hostpath\"")
+        .await;
+    std::fs::copy(
+        rust_plugin_path("hostpath"),
+        c._plugins_dir.path().join("hostpath.wasm"),
+    )
+    .unwrap();
+    let pv = c.bound_volume("data").await;
+    assert!(host_path(&pv).is_dir());
 }

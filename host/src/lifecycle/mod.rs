@@ -324,7 +324,8 @@ pub async fn run<P: Provisioner>(
                     .collect::<Vec<_>>()
             },
         )
-        .reconcile_all_on(on_resync(resyncs.clone()))
+        .reconcile_all_on(each_change(resyncs.clone()))
+        .reconcile_all_on(on_plugin_change(ctx.provisioner.plugins_changed()))
         .with_config(controller_config.clone())
         .graceful_shutdown_on(stopped(stop_rx.clone()))
         .run(claims::reconcile, claims::error_policy, ctx.clone())
@@ -334,7 +335,8 @@ pub async fn run<P: Provisioner>(
             }
         });
     let volumes = volumes
-        .reconcile_all_on(on_resync(resyncs))
+        .reconcile_all_on(each_change(resyncs))
+        .reconcile_all_on(on_plugin_change(ctx.provisioner.plugins_changed()))
         .with_config(controller_config)
         .graceful_shutdown_on(stopped(stop_rx))
         .run(volumes::reconcile, volumes::error_policy, ctx)
@@ -367,8 +369,20 @@ pub async fn run<P: Provisioner>(
     tracing::info!("provisioning lifecycle stopped");
 }
 
-/// One item per resync.
-fn on_resync(
+/// One item per plugin version loaded: claims refused for a missing plugin
+/// (and volumes whose plugin was gone) are looked at again at once. Only
+/// the cache is read for the others: no API request.
+fn on_plugin_change(
+    changes: Option<tokio::sync::watch::Receiver<u64>>,
+) -> impl futures::Stream<Item = ()> + Send + 'static {
+    match changes {
+        Some(rx) => each_change(rx).left_stream(),
+        None => futures::stream::empty().right_stream(),
+    }
+}
+
+/// One item per change of `resyncs` (a resync, or another counter).
+fn each_change(
     resyncs: tokio::sync::watch::Receiver<u64>,
 ) -> impl futures::Stream<Item = ()> + Send + 'static {
     futures::stream::unfold(resyncs, |mut rx| async move {
