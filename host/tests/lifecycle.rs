@@ -294,6 +294,16 @@ impl Cluster {
             .unwrap();
     }
 
+    /// A class served by the misbehave test guest doing `behavior`.
+    async fn misbehave_class(&self, name: &str, behavior: &str) {
+        self.class(
+            name,
+            &[("plugin", "misbehave"), ("behavior", behavior)],
+            serde_json::json!({}),
+        )
+        .await;
+    }
+
     /// A hostpath class writing into this cluster's volumes directory.
     async fn hostpath_class(&self, name: &str, extra: serde_json::Value) {
         let root = self.volumes_dir.path().display().to_string();
@@ -533,12 +543,7 @@ async fn a_retain_volume_and_its_storage_outlive_the_claim(server: Server) {
 async fn one_host_serves_two_classes_with_two_plugins(server: Server) {
     let c = Cluster::start(server, &[hostpath(), misbehave()]).await;
     c.hostpath_class("fast", serde_json::json!({})).await;
-    c.class(
-        "odd",
-        &[("plugin", "misbehave"), ("behavior", "ok")],
-        serde_json::json!({}),
-    )
-    .await;
+    c.misbehave_class("odd", "ok").await;
     c.claim("a", "fast", serde_json::json!({})).await;
     c.claim("b", "odd", serde_json::json!({})).await;
     let a = c.bound_volume("a").await;
@@ -1195,12 +1200,7 @@ async fn a_claim_that_keeps_failing_is_given_up_with_an_event_saying_how_to_retr
         config.claim_finalizer = true;
     })
     .await;
-    c.class(
-        "broken",
-        &[("plugin", "misbehave"), ("behavior", "fail")],
-        serde_json::json!({}),
-    )
-    .await;
+    c.misbehave_class("broken", "fail").await;
     c.claim("data", "broken", serde_json::json!({})).await;
     let e = c
         .event(
@@ -1615,12 +1615,7 @@ async fn an_invalid_argument_counts_towards_giving_up(server: Server) {
         config.failed_provision_threshold = 1;
     })
     .await;
-    c.class(
-        "invalid",
-        &[("plugin", "misbehave"), ("behavior", "invalid-argument")],
-        serde_json::json!({}),
-    )
-    .await;
+    c.misbehave_class("invalid", "invalid-argument").await;
     c.claim("refused", "invalid", serde_json::json!({})).await;
     c.event(
         "refused",
@@ -1730,12 +1725,7 @@ async fn an_empty_selected_node_is_no_node(server: Server) {
 /// reported and retried with backoff, not a claim left waiting for ever.
 async fn reschedule_without_a_selected_node_is_retried_with_backoff(server: Server) {
     let c = Cluster::start(server, &[misbehave()]).await;
-    c.class(
-        "picky",
-        &[("plugin", "misbehave"), ("behavior", "reschedule")],
-        serde_json::json!({}),
-    )
-    .await;
+    c.misbehave_class("picky", "reschedule").await;
     c.claim("data", "picky", serde_json::json!({})).await;
     c.event("data", "ProvisioningFailed", "no selected node to give up")
         .await;
@@ -1880,12 +1870,7 @@ async fn a_claim_given_up_on_is_tried_again_at_the_next_resync(server: Server) {
         config.resync = Duration::from_secs(3);
     })
     .await;
-    c.class(
-        "broken",
-        &[("plugin", "misbehave"), ("behavior", "fail")],
-        serde_json::json!({}),
-    )
-    .await;
+    c.misbehave_class("broken", "fail").await;
     c.claim("data", "broken", serde_json::json!({})).await;
     c.event(
         "data",
