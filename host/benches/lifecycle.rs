@@ -25,11 +25,12 @@ use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use wasmprov::lifecycle;
 use wasmprov::metrics::Metrics;
+use wasmprov::policy::PolicySet;
 use wasmprov::provisioner::{
     DeleteError, PluginInfo, ProvisionError, ProvisionOptions, ProvisionState, Provisioner,
 };
 use wasmprov::registry::PluginRegistry;
-use wasmprov::runtime::{PolicySet, Runtime, RuntimeConfig};
+use wasmprov::runtime::{Runtime, RuntimeConfig};
 use wasmprov::wasm_provisioner::plugin_parameters;
 
 const CLAIMS: usize = 1000;

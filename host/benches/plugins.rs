@@ -27,8 +27,9 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use wasmprov::policy::PolicySet;
 use wasmprov::provisioner::ProvisionOptions;
-use wasmprov::runtime::{PolicySet, Runtime, RuntimeConfig};
+use wasmprov::runtime::{Runtime, RuntimeConfig};
 use wasmprov::wasm_provisioner::WasmProvisioner;
 
 const SCRATCH_PREFIX: &str = "/tmp/wasmprov/";

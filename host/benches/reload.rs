@@ -33,8 +33,9 @@ use support::{digest, variant};
 use wasmprov::delivery::encoding::Encoding;
 use wasmprov::delivery::{self, package, WatchConfig};
 use wasmprov::metrics::Metrics;
+use wasmprov::policy::PolicySet;
 use wasmprov::registry::PluginRegistry;
-use wasmprov::runtime::{PolicySet, Runtime, RuntimeConfig};
+use wasmprov::runtime::{Runtime, RuntimeConfig};
 
 fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -17,10 +17,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use wasmprov::policy::SandboxPolicy;
+use wasmprov::policy::{DirMode, Preopen};
 use wasmprov::provisioner::ProvisionOptions;
 use wasmprov::runtime::bindings::types as wit;
-use wasmprov::runtime::policy::{DirMode, Preopen};
-use wasmprov::runtime::{Runtime, RuntimeConfig, SandboxPolicy};
+use wasmprov::runtime::{Runtime, RuntimeConfig};
 use wasmprov::wasm_provisioner::WasmProvisioner;
 
 const CALLS: usize = 2000;

@@ -13,6 +13,7 @@ pub mod leader;
 pub mod lifecycle;
 pub mod metrics;
 pub mod ops;
+pub mod policy;
 pub mod provisioner;
 pub mod quantity;
 pub mod registry;

@@ -25,11 +25,12 @@ use std::time::Instant;
 use k8s_openapi::api::core::v1::PersistentVolume;
 
 use crate::metrics::Metrics;
+use crate::policy::PolicySet;
 use crate::provisioner::{
     annotations, DeleteError, DeleteState, PluginInfo, ProvisionError, ProvisionOptions,
     ProvisionState, Provisioner,
 };
-use crate::runtime::{PolicySet, Runtime};
+use crate::runtime::Runtime;
 use crate::wasm_provisioner::WasmProvisioner;
 
 /// What became of a new version handed to [`PluginRegistry::apply`].

@@ -19,9 +19,10 @@ use wasmprov::delivery::package::{self, PART_KEY, PLUGIN_LABEL};
 use wasmprov::delivery::PluginDir;
 use wasmprov::events::Reporter;
 use wasmprov::metrics::Metrics;
+use wasmprov::policy::PolicySet;
 use wasmprov::provisioner::Provisioner;
 use wasmprov::registry::{PluginRegistry, Reload};
-use wasmprov::runtime::{PolicySet, Runtime, RuntimeConfig};
+use wasmprov::runtime::{Runtime, RuntimeConfig};
 
 const NS: &str = "default";
 const SOURCE_TOKEN: &str = "wasmprov-api-source";

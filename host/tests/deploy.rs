@@ -35,8 +35,8 @@ use wasmprov::cli::Cli;
 use wasmprov::delivery::configmaps;
 use wasmprov::delivery::encoding::Encoding;
 use wasmprov::delivery::package;
-use wasmprov::runtime::policy::DirMode;
-use wasmprov::runtime::PolicySet;
+use wasmprov::policy::DirMode;
+use wasmprov::policy::PolicySet;
 
 /// The hostpath plugin's ConfigMap: made by `wasmprov plugin pack` and
 /// committed, so installing needs no Rust toolchain; a test keeps it the

@@ -20,8 +20,9 @@ use kube::{Api, Client, ResourceExt};
 use support::*;
 use wasmprov::lifecycle;
 use wasmprov::metrics::Metrics;
+use wasmprov::policy::PolicySet;
 use wasmprov::registry::PluginRegistry;
-use wasmprov::runtime::{PolicySet, Runtime, RuntimeConfig};
+use wasmprov::runtime::{Runtime, RuntimeConfig};
 
 const PROVISIONER: &str = "wasmprov.io/host";
 const NODE: &str = "worker-1";

@@ -9,9 +9,9 @@ use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use support::*;
+use wasmprov::policy::SandboxPolicy;
+use wasmprov::policy::{DirMode, Preopen};
 use wasmprov::provisioner::{DeleteState, ProvisionError, ProvisionState};
-use wasmprov::runtime::policy::{DirMode, Preopen};
-use wasmprov::runtime::SandboxPolicy;
 use wasmprov::wasm_provisioner::WasmProvisioner;
 
 /// Generous upper bound for any single test step, so a broken protection

@@ -26,8 +26,9 @@ pub use policy_file::PolicyFile;
 pub use watch::{watch, WatchConfig};
 
 use crate::metrics::Metrics;
+use crate::policy::PolicySet;
 use crate::registry::PluginRegistry;
-use crate::runtime::{PolicySet, Runtime};
+use crate::runtime::Runtime;
 
 /// Where a host's plugins come from.
 #[derive(Default)]

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use crate::runtime::PolicySet;
+use crate::policy::PolicySet;
 
 /// The policy file and the digest of the content last applied.
 #[derive(Debug)]

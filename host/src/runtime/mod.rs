@@ -19,7 +19,6 @@ mod cache;
 mod inspect;
 mod limits;
 mod plugin;
-pub mod policy;
 mod sandbox;
 
 use std::path::PathBuf;
@@ -37,9 +36,9 @@ pub use cache::CacheOutcome;
 pub use inspect::Surface;
 pub use limits::MemoryLimitExceeded;
 pub use plugin::{CallError, Plugin};
-pub use policy::{PolicyError, PolicySet, SandboxPolicy};
 pub use sandbox::{MAX_LOG_BYTES_PER_CALL, MAX_LOG_LINES_PER_CALL};
 
+use crate::policy::SandboxPolicy;
 use bindings::{Provisioner, ProvisionerPre};
 use cache::CompileCache;
 use inspect::{BinaryKind, Mismatch};

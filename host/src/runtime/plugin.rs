@@ -13,7 +13,8 @@ use super::bindings::types::{
 };
 use super::limits::MemoryLimitExceeded;
 use super::sandbox::CallState;
-use super::{Compiled, SandboxPolicy};
+use super::Compiled;
+use crate::policy::SandboxPolicy;
 use crate::text::{tail, truncate};
 
 /// Extra time a call gets past its budget before the host abandons it, for a

@@ -13,7 +13,7 @@ use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::{logging, types};
 use super::limits::CallLimiter;
-use super::policy::{DirMode, SandboxPolicy};
+use crate::policy::{DirMode, SandboxPolicy};
 use crate::text::truncate;
 
 /// How much a single call may log before the host starts dropping lines.

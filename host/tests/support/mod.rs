@@ -14,8 +14,9 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use wasmprov::policy::SandboxPolicy;
 use wasmprov::provisioner::ProvisionOptions;
-use wasmprov::runtime::{Runtime, RuntimeConfig, SandboxPolicy};
+use wasmprov::runtime::{Runtime, RuntimeConfig};
 use wasmprov::wasm_provisioner::WasmProvisioner;
 
 pub fn workspace_root() -> PathBuf {

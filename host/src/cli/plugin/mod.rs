@@ -17,8 +17,9 @@ mod conformance;
 mod pack;
 
 use super::{RuntimeArgs, DEFAULT_PROVISIONER_NAME};
+use crate::policy::PolicySet;
 use crate::provisioner::{ProvisionOptions, ProvisionState, PLUGIN_PARAMETER};
-use crate::runtime::{CacheOutcome, PolicySet, Runtime, RuntimeConfig};
+use crate::runtime::{CacheOutcome, Runtime, RuntimeConfig};
 use crate::wasm_provisioner::WasmProvisioner;
 
 #[derive(Debug, Subcommand)]

@@ -9,7 +9,7 @@ use clap::{Args, ValueEnum};
 use super::PluginFile;
 use crate::delivery::encoding::{self, Encoding};
 use crate::delivery::package::{self, DEFAULT_PART_SIZE, PLUGIN_LABEL};
-use crate::runtime::PolicySet;
+use crate::policy::PolicySet;
 
 #[derive(Debug, Args)]
 pub struct PackArgs {

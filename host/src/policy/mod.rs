@@ -1,4 +1,5 @@
-//! The operator's sandbox policy: what each plugin may use.
+//! The operator's policy file: what each plugin may use (its sandbox) and,
+//! in [`output`], what it may return.
 //!
 //! The policy is a YAML file owned by the cluster operator, never by a plugin.
 //! Everything is denied unless granted: a plugin with no entry gets the
