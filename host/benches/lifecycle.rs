@@ -185,7 +185,8 @@ async fn run(backend: Backend, claim_finalizer: bool) -> Outcome {
             )
             .expect("build the plugins first: bash plugins/build.sh");
             let policy = format!(
-                "plugins:\n  hostpath:\n    maxConcurrentCalls: 16\n    preopens: [{{host: {root}, guest: /volumes, mode: read-write}}]\n"
+                "plugins:\n  hostpath:\n    maxConcurrentCalls: 16\n    preopens: [{{host: {root}, guest: /volumes, mode: read-write}}]\n    \
+                 output: {{sources: [hostPath], paths: [{root}]}}\n"
             );
             let policies = PolicySet::parse(&policy, Path::new("policy.yaml")).unwrap();
             let runtime = Runtime::new(RuntimeConfig::default()).unwrap();

@@ -125,9 +125,8 @@ async fn measure(name: &str, file: &Path, conformance: &Path) -> Row {
     if fixtures.is_dir() {
         copy_tree(&fixtures, scratch.path());
     }
-    let policy = PolicySet::parse(&policy_text, &conformance.join("policy.yaml"))
-        .unwrap()
-        .for_plugin(name);
+    let policies = PolicySet::parse(&policy_text, &conformance.join("policy.yaml")).unwrap();
+    let policy = policies.sandbox_for(name);
 
     // Cold compile: a fresh engine without cache, every time.
     let cold_runs = if big { 1 } else { 5 };
@@ -169,7 +168,7 @@ async fn measure(name: &str, file: &Path, conformance: &Path) -> Row {
             .instantiate(name, compiled, policy.clone())
             .await
             .unwrap();
-        let provisioner = WasmProvisioner::new(Arc::new(plugin));
+        let provisioner = WasmProvisioner::new(Arc::new(plugin), policies.output_for(name));
         let opts = options(class.clone());
         let (warmup, calls) = if big { (10, 100) } else { (100, 1000) };
         for _ in 0..warmup {

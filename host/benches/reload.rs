@@ -105,7 +105,7 @@ async fn steps(name: &str, wasm: &[u8]) -> String {
     let load = t.elapsed();
     let t = Instant::now();
     runtime
-        .instantiate(name, compiled, PolicySet::default().for_plugin(name))
+        .instantiate(name, compiled, PolicySet::default().sandbox_for(name))
         .await
         .unwrap();
     let probe = t.elapsed();
@@ -243,7 +243,7 @@ async fn wait_for(registry: &PluginRegistry, name: &str, digest: &str) {
 /// Resident memory added per distinct version kept loaded.
 async fn rss_per_version(name: &str, wasm: &[u8], n: u32) -> f64 {
     let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
-    let policy = PolicySet::default().for_plugin(name);
+    let policy = PolicySet::default().sandbox_for(name);
     // One load first, so one-time costs (engine, pool, code paths) are not counted.
     let first = runtime
         .load(name, &variant(wasm, "0"), policy.clone())

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use wasmprov::policy::SandboxPolicy;
-use wasmprov::policy::{DirMode, Preopen};
+use wasmprov::policy::{DirMode, OutputPolicy, Preopen};
 use wasmprov::provisioner::ProvisionOptions;
 use wasmprov::runtime::bindings::types as wit;
 use wasmprov::runtime::{Runtime, RuntimeConfig};
@@ -103,7 +103,12 @@ fn main() {
             .unwrap();
         let plugin = Arc::new(plugin);
         let request = wit_request(&opts);
-        let provisioner = WasmProvisioner::new(plugin.clone());
+        let output = OutputPolicy {
+            sources: ["hostPath".to_owned()].into(),
+            paths: vec![volumes.path().to_owned()],
+            ..OutputPolicy::default()
+        };
+        let provisioner = WasmProvisioner::new(plugin.clone(), output);
         for _ in 0..WARMUP {
             rt.block_on(plugin.provision(&request)).unwrap().unwrap();
         }

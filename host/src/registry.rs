@@ -187,7 +187,7 @@ impl PluginRegistry {
         let loaded = match compiled {
             Ok(compiled) => {
                 self.runtime
-                    .instantiate(name, compiled, policies.for_plugin(name))
+                    .instantiate(name, compiled, policies.sandbox_for(name))
                     .await
             }
             Err(e) => Err(e),
@@ -198,13 +198,19 @@ impl PluginRegistry {
                 let cache = plugin.compiled().cache;
                 state.serving.insert(
                     name.to_owned(),
-                    Arc::new(WasmProvisioner::new(Arc::new(plugin))),
+                    Arc::new(WasmProvisioner::new(
+                        Arc::new(plugin),
+                        policies.output_for(name),
+                    )),
                 );
                 state.rejected.remove(name);
                 state.removed.remove(name);
                 state.owners.insert(name.to_owned(), origin.source.clone());
                 drop(state);
                 tracing::info!(plugin = name, %digest, previous = previous.as_deref().unwrap_or("none"), %origin, ?cache, took = ?started.elapsed(), "plugin version loaded");
+                if policies.output_for(name).sources.is_empty() {
+                    tracing::warn!(plugin = name, "the sandbox policy grants plugin {name} no volume source kind (plugins.{name}.output.sources), so every volume it returns will be refused; grant what it hands out");
+                }
                 self.metrics.plugin_reload(name, "loaded");
                 self.metrics
                     .plugin_version(name, previous.as_deref(), Some(&digest));
@@ -311,21 +317,23 @@ impl PluginRegistry {
         };
         let mut rebound = Vec::with_capacity(current.len());
         for (name, old, serving) in current {
-            let policy = policies.for_plugin(&name);
-            if *old.plugin().policy() == policy {
-                rebound.push((name, old, serving));
-                continue;
-            }
-            let plugin = self
-                .runtime
-                .instantiate(&name, old.plugin().compiled().clone(), policy)
-                .await
-                .map_err(|e| e.to_string())?;
-            rebound.push((
-                name,
-                Arc::new(WasmProvisioner::new(Arc::new(plugin))),
-                serving,
-            ));
+            let policy = policies.sandbox_for(&name);
+            let output = policies.output_for(&name);
+            let version = if *old.plugin().policy() == policy {
+                if *old.output_policy() == output {
+                    rebound.push((name, old, serving));
+                    continue;
+                }
+                old.with_output_policy(output)
+            } else {
+                let plugin = self
+                    .runtime
+                    .instantiate(&name, old.plugin().compiled().clone(), policy)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                WasmProvisioner::new(Arc::new(plugin), output)
+            };
+            rebound.push((name, Arc::new(version), serving));
         }
         let mut state = self.state.write().expect("registry lock");
         state.policies = Arc::new(policies);
@@ -418,18 +426,16 @@ impl PluginRegistry {
             .expect("cache task panicked")
             .ok_or_else(unavailable)?
             .map_err(|e| e.to_string())?;
-        let policy = self
-            .state
-            .read()
-            .expect("registry lock")
-            .policies
-            .for_plugin(plugin);
+        let policies = self.state.read().expect("registry lock").policies.clone();
         let plugin_version = self
             .runtime
-            .instantiate(plugin, compiled, policy)
+            .instantiate(plugin, compiled, policies.sandbox_for(plugin))
             .await
             .map_err(|e| e.to_string())?;
-        let version = Arc::new(WasmProvisioner::new(Arc::new(plugin_version)));
+        let version = Arc::new(WasmProvisioner::new(
+            Arc::new(plugin_version),
+            policies.output_for(plugin),
+        ));
         tracing::info!(plugin, %digest, "restored a removed plugin's version from the compile cache to delete its volumes");
         let mut state = self.state.write().expect("registry lock");
         Ok(state

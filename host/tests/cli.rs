@@ -68,8 +68,9 @@ fn sample(size: &str) -> Sample {
         dir.path(),
         "policy.yaml",
         &format!(
-            "plugins:\n  hostpath:\n    preopens: [{{host: {}, guest: /volumes, mode: read-write}}]\n",
-            volumes.display()
+            "plugins:\n  hostpath:\n    preopens: [{{host: {dir}, guest: /volumes, mode: read-write}}]\n    \
+             output: {{sources: [hostPath], paths: [{dir}]}}\n",
+            dir = volumes.display()
         ),
     );
     Sample {

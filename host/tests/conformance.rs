@@ -216,14 +216,20 @@ fn a_broken_plugin_fails_with_a_table_that_says_what_is_wrong() {
     run.assert_row("no timeout, memory or crash", "FAIL", &["crashed"]);
     assert!(
         run.stdout()
-            .contains("FAILED: 5 passed, 6 failed, 0 skipped"),
+            .contains("FAILED: 6 passed, 6 failed, 0 skipped"),
         "{}",
         run.report()
     );
 }
 
-/// Runs the suite on the misbehave guest with `behavior` and a policy entry.
+/// Runs the suite on the misbehave guest with `behavior` and a policy entry
+/// (with [`MISBEHAVE_OUTPUT`] unless it has its own `output`).
 fn misbehave_test(behavior: &str, policy: &str) -> Run {
+    let output = if policy.contains("output:") {
+        String::new()
+    } else {
+        format!("\n    output: {MISBEHAVE_OUTPUT}")
+    };
     let scratch = tempfile::tempdir().unwrap();
     let class = scratch.path().join("sc.yaml");
     std::fs::write(
@@ -237,7 +243,7 @@ fn misbehave_test(behavior: &str, policy: &str) -> Run {
     let policy_file = scratch.path().join("policy.yaml");
     std::fs::write(
         &policy_file,
-        format!("plugins:\n  misbehave:\n    {policy}\n"),
+        format!("plugins:\n  misbehave:\n    {policy}{output}\n"),
     )
     .unwrap();
     let output = Command::new(env!("CARGO_BIN_EXE_wasmprov"))
@@ -434,12 +440,34 @@ fn delete(
 }
 
 #[test]
+fn plugin_test_reports_a_plugin_whose_output_the_policy_refuses() {
+    // The healthy volume of misbehave is a hostPath under /tmp/ok.
+    let run = misbehave_test("ok", "output: {sources: [hostPath], paths: [/srv/volumes]}");
+    run.assert_row(
+        "provision",
+        "FAIL",
+        &["returned a volume that its output policy refuses"],
+    );
+    run.assert_row(
+        "output within policy",
+        "FAIL",
+        &[
+            "1 volume(s) refused",
+            "is not in a granted directory (/srv/volumes) (grant: output.paths)",
+            "plugins.misbehave.output",
+        ],
+    );
+    assert!(!run.output.status.success(), "{}", run.report());
+}
+
+#[test]
 fn nfs_subdir_keeps_hostile_patterns_inside_the_share_and_archives_on_delete() {
     let s = Scratch::new();
     std::fs::create_dir_all(s.path("share")).unwrap();
     let policy = s.write(
         "policy.yaml",
-        "plugins:\n  nfs-subdir:\n    preopens: [{host: @@/share, guest: /share, mode: read-write}]\n",
+        "plugins:\n  nfs-subdir:\n    preopens: [{host: @@/share, guest: /share, mode: read-write}]\n    \
+         output: {sources: [nfs], nfsExports: [\"10.0.0.5:/exports\"]}\n",
     );
     let class = s.class(
         "nfs",
@@ -477,7 +505,8 @@ fn quota_dir_writes_the_quota_and_refuses_claims_over_max_bytes() {
     std::fs::create_dir_all(s.path("volumes")).unwrap();
     let policy = s.write(
         "policy.yaml",
-        "plugins:\n  quota-dir:\n    preopens: [{host: @@/volumes, guest: /volumes, mode: read-write}]\n",
+        "plugins:\n  quota-dir:\n    preopens: [{host: @@/volumes, guest: /volumes, mode: read-write}]\n    \
+         output: {sources: [hostPath], paths: [@@/volumes], annotationPrefixes: [quota-dir/]}\n",
     );
     let class = s.class(
         "quota",
@@ -522,12 +551,16 @@ fn quota_dir_writes_the_quota_and_refuses_claims_over_max_bytes() {
 fn template_refuses_a_shared_path_and_renders_csi_sources() {
     let s = Scratch::new();
     let pvc = s.claim("data", "1Gi", "");
+    let policy = s.write(
+        "policy.yaml",
+        "plugins:\n  template:\n    output: {sources: [csi], csiDrivers: [disk.csi.example.com]}\n",
+    );
     let shared = s.class(
         "shared",
         "template",
         "kind: nfs, server: 10.0.0.5, path: /exports/shared",
     );
-    let err = invoke("template", &shared, &pvc, None).unwrap_err();
+    let err = invoke("template", &shared, &pvc, Some(&policy)).unwrap_err();
     assert!(
         err.contains("invalid-argument") && err.contains("every claim the same directory"),
         "{err}"
@@ -538,7 +571,7 @@ fn template_refuses_a_shared_path_and_renders_csi_sources() {
         "kind: csi, driver: disk.csi.example.com, volumeHandle: 'vol-${namespace}-${name}', \
          fsType: ext4, attributes.tier: fast",
     );
-    let pv = invoke("template", &csi, &pvc, None).unwrap();
+    let pv = invoke("template", &csi, &pvc, Some(&policy)).unwrap();
     let csi = pv.spec.unwrap().csi.unwrap();
     assert_eq!(csi.driver, "disk.csi.example.com");
     assert_eq!(csi.volume_handle, "vol-apps-data");
@@ -563,7 +596,8 @@ fn static_pool_hands_out_each_volume_once_and_takes_it_back_on_delete() {
     );
     let policy = s.write(
         "policy.yaml",
-        "plugins:\n  static-pool:\n    preopens: [{host: @@/pool, guest: /pool, mode: read-write}]\n",
+        "plugins:\n  static-pool:\n    preopens: [{host: @@/pool, guest: /pool, mode: read-write}]\n    \
+         output: {sources: [nfs], nfsExports: [\"10.0.0.5:/exports\"], annotationPrefixes: [static-pool/]}\n",
     );
     let class = s.class("small", "static-pool", "pool: small");
     let a = s.claim("a", "1Gi", "");

@@ -848,7 +848,7 @@ fn the_policy_grants_what_the_deployment_mounts_and_the_classes_use() {
     // Every preopen is a hostPath volume mounted at the same path, so the
     // path the plugin reports in a PersistentVolume is the node's.
     for plugin in policies.plugin_names() {
-        for p in policies.for_plugin(plugin).preopens {
+        for p in policies.sandbox_for(plugin).preopens {
             let host = in_container(&p.host);
             let host = host.to_str().unwrap();
             let (volume, rest) = volume_at(&d, host)
@@ -873,7 +873,7 @@ fn the_policy_grants_what_the_deployment_mounts_and_the_classes_use() {
             .get("root")
             .cloned()
             .unwrap_or_else(|| "/volumes".into());
-        let policy = policies.for_plugin(plugin);
+        let policy = policies.sandbox_for(plugin);
         assert!(
             policy
                 .preopens

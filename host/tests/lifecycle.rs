@@ -84,6 +84,7 @@ on_both_servers!(
     the_volume_finalizer_follows_the_flag_on_existing_volumes,
     a_claim_given_up_on_is_tried_again_at_the_next_resync,
     a_claim_waiting_for_its_plugin_is_provisioned_when_the_plugin_loads,
+    a_volume_outside_the_plugins_output_policy_is_refused_and_its_storage_removed,
 );
 
 /// A cluster (real or simulated, with one node) with a wasmprov host
@@ -443,8 +444,10 @@ async fn host(
     shutdown: impl Future<Output = ()> + Send,
 ) -> impl Future<Output = ()> + Send {
     let policy = format!(
-        "plugins:\n  hostpath:\n    preopens: [{{host: {dir}, guest: /volumes, mode: read-write}}]\n  \
-         misbehave:\n    preopens: [{{host: {dir}, guest: /data, mode: read-write}}]\n",
+        "plugins:\n  hostpath:\n    preopens: [{{host: {dir}, guest: /volumes, mode: read-write}}]\n    \
+         output: {{sources: [hostPath], paths: [{dir}]}}\n  \
+         misbehave:\n    preopens: [{{host: {dir}, guest: /data, mode: read-write}}]\n    \
+         output: {MISBEHAVE_OUTPUT}\n",
         dir = volumes.display()
     );
     let policies = PolicySet::parse(&policy, Path::new("policy.yaml")).unwrap();
@@ -603,6 +606,44 @@ async fn an_unknown_plugin_is_reported_on_the_claim(server: Server) {
         "says what is there: {message}"
     );
     assert_eq!(e.type_.as_deref(), Some("Warning"));
+}
+
+async fn a_volume_outside_the_plugins_output_policy_is_refused_and_its_storage_removed(
+    server: Server,
+) {
+    let c = Cluster::start(server, &[hostpath()]).await;
+    // A class author points hostRoot at /etc: the plugin makes its directory
+    // in the volumes directory it was given, and reports /etc/pvc-… as the
+    // path, which the policy (hostPath in the volumes directory) refuses.
+    c.class(
+        "escape",
+        &[("plugin", "hostpath"), ("hostRoot", "/etc")],
+        serde_json::json!({}),
+    )
+    .await;
+    c.claim("data", "escape", serde_json::json!({})).await;
+    let e = c
+        .event("data", "ProvisioningFailed", "output policy refuses")
+        .await;
+    let message = e.message.unwrap();
+    assert!(
+        message.contains("hostPath.path \"/etc/pvc-") && message.contains("grant: output.paths"),
+        "{message}"
+    );
+    assert!(
+        message.contains("the storage it made was deleted again"),
+        "{message}"
+    );
+    let volumes = c.volumes().list(&ListParams::default()).await.unwrap();
+    assert!(volumes.items.is_empty(), "nothing saved: {volumes:?}");
+    let left: Vec<_> = std::fs::read_dir(c.volumes_dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "the plugin's directory was removed: {left:?}"
+    );
 }
 
 async fn a_claim_waits_for_its_missing_class_then_gets_provisioned(server: Server) {
@@ -1321,8 +1362,9 @@ impl HostProcess {
         std::fs::write(
             &policy,
             format!(
-                "plugins:\n  hostpath:\n    preopens: [{{host: {}, guest: /volumes, mode: read-write}}]\n",
-                c.volumes_dir.path().display()
+                "plugins:\n  hostpath:\n    preopens: [{{host: {dir}, guest: /volumes, mode: read-write}}]\n    \
+                 output: {{sources: [hostPath], paths: [{dir}]}}\n",
+                dir = c.volumes_dir.path().display()
             ),
         )
         .unwrap();

@@ -16,7 +16,9 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, ResourceExt};
 use support::kubelet::KubeletVolume;
-use support::{claim, class, digest, eventually, guest_path, options, plugin_path, variant};
+use support::{
+    claim, class, digest, eventually, guest_path, options, plugin_path, variant, MISBEHAVE_OUTPUT,
+};
 use tempfile::TempDir;
 use wasmprov::delivery::{self, encoding, WatchConfig};
 use wasmprov::lifecycle;
@@ -29,10 +31,15 @@ fn hostpath_wasm() -> Vec<u8> {
     std::fs::read(plugin_path("hostpath")).unwrap()
 }
 
+/// The hostRoot of the test classes: the path the volumes report, which the
+/// policy grants (the plugin writes into its preopen whatever the root).
+const HOST_ROOT: &str = "/var/lib/wasmprov";
+
 fn policy_for(volumes: &Path) -> String {
     format!(
-        "plugins:\n  hostpath:\n    preopens: [{{host: {dir}, guest: /volumes, mode: read-write}}]\n  \
-         slow:\n    timeout: 30s\n",
+        "plugins:\n  hostpath:\n    preopens: [{{host: {dir}, guest: /volumes, mode: read-write}}]\n    \
+         output: {{sources: [hostPath], paths: [{dir}, {HOST_ROOT}]}}\n  \
+         slow:\n    timeout: 30s\n    output: {MISBEHAVE_OUTPUT}\n",
         dir = volumes.display()
     )
 }
@@ -98,7 +105,7 @@ impl Host {
         claim.metadata.uid = Some(format!("uid-{claim_name}"));
         let mut params = params.to_vec();
         if plugin == "hostpath" {
-            params.push(("hostRoot", "/var/lib/wasmprov"));
+            params.push(("hostRoot", HOST_ROOT));
         }
         let opts = options(&format!("pvc-{claim_name}"), class("c", &params), claim);
         self.registry

@@ -124,8 +124,9 @@ async fn serves_a_packed_plugin_and_keeps_it_through_a_corrupt_update(server: Se
     std::fs::write(
         &policy,
         format!(
-            "plugins:\n  hostpath:\n    preopens: [{{host: {}, guest: /volumes, mode: read-write}}]\n",
-            volumes.display()
+            "plugins:\n  hostpath:\n    preopens: [{{host: {dir}, guest: /volumes, mode: read-write}}]\n    \
+             output: {{sources: [hostPath], paths: [{dir}]}}\n",
+            dir = volumes.display()
         ),
     )
     .unwrap();

@@ -27,7 +27,13 @@ fn policy() -> SandboxPolicy {
 }
 
 async fn misbehave(policy: SandboxPolicy) -> WasmProvisioner {
-    load("misbehave", &guest_path("misbehave"), policy).await
+    load(
+        "misbehave",
+        &guest_path("misbehave"),
+        policy,
+        misbehave_output(),
+    )
+    .await
 }
 
 async fn provision_with(
@@ -182,7 +188,10 @@ async fn a_read_only_preopen_can_be_read_but_not_written() {
     let pv = provision(&p, "read-inside")
         .await
         .expect("reading is allowed");
-    assert_eq!(annotation(&pv, "content").as_deref(), Some("from the host"));
+    assert_eq!(
+        annotation(&pv, "misbehave.test/content").as_deref(),
+        Some("from the host")
+    );
     provision(&p, "write-inside")
         .await
         .expect_err("writing is not");
@@ -230,7 +239,7 @@ async fn a_plugin_has_no_network_unless_the_policy_grants_it() {
     let pv = provision_with(&p, &[("behavior", "socket"), ("addr", &addr)])
         .await
         .expect("the granted address is reachable");
-    assert!(annotation(&pv, "escaped").is_some());
+    assert!(annotation(&pv, "misbehave.test/escaped").is_some());
     connected
         .recv_timeout(STEP)
         .expect("the listener saw the connection");
@@ -241,12 +250,15 @@ async fn a_plugin_sees_no_environment_variables_or_arguments() {
     std::env::set_var("WASMPROV_TEST_SECRET", "hunter2");
     let p = misbehave(policy()).await;
     let pv = provision(&p, "env").await.expect("env behaviour succeeds");
-    let env = annotation(&pv, "env").unwrap_or_default();
+    let env = annotation(&pv, "misbehave.test/env").unwrap_or_default();
     assert!(
         env.is_empty(),
         "the plugin saw environment variables: {env}"
     );
-    assert_eq!(annotation(&pv, "args").unwrap_or_default(), "");
+    assert_eq!(
+        annotation(&pv, "misbehave.test/args").unwrap_or_default(),
+        ""
+    );
 }
 
 #[tokio::test]

@@ -85,8 +85,9 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
     std::fs::write(
         &policy_file,
         format!(
-            "plugins:\n  hostpath:\n    preopens:\n      - {{host: {}, guest: /volumes, mode: read-write}}\n",
-            host_root.display()
+            "plugins:\n  hostpath:\n    preopens:\n      - {{host: {root}, guest: /volumes, mode: read-write}}\n    \
+             output: {{sources: [hostPath], paths: [{root}]}}\n",
+            root = host_root.display()
         ),
     )?;
 

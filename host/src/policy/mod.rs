@@ -19,6 +19,10 @@
 //!         mode: read-write                    # or read-only (the default)
 //!     allowedOutbound: ["10.0.0.5:2049"]      # TCP/UDP peers; default none
 //!     networkFilesystem: false                # true if a preopen is on NFS/CIFS
+//!     secretParameters: [password]            # class parameters never written on a volume
+//!     output:                                 # what it may return: see [`output`]
+//!       sources: [hostPath]
+//!       paths: [/var/lib/wasmprov/hostpath]
 //! ```
 
 use std::collections::BTreeMap;
@@ -29,6 +33,11 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::quantity;
+
+pub mod output;
+
+pub use output::OutputPolicy;
+use output::OutputSpec;
 
 /// Built-in limits for a plugin that the policy does not mention.
 pub const DEFAULT_MEMORY_LIMIT: u64 = 64 << 20;
@@ -113,7 +122,7 @@ impl Default for SandboxPolicy {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PolicySet {
     defaults: SandboxPolicy,
-    plugins: BTreeMap<String, SandboxPolicy>,
+    plugins: BTreeMap<String, (SandboxPolicy, OutputPolicy)>,
 }
 
 impl PolicySet {
@@ -146,22 +155,45 @@ impl PolicySet {
             .apply(SandboxPolicy::default(), "defaults")
             .map_err(|(f, m)| invalid(f, m))?;
         let mut plugins = BTreeMap::new();
-        for (name, spec) in file.plugins {
+        for (name, mut spec) in file.plugins {
             let field = format!("plugins.{name}");
-            let policy = spec
+            let mut output = std::mem::take(&mut spec.output)
+                .resolve(&format!("{field}.output"))
+                .map_err(|(f, m)| invalid(f, m))?;
+            for (i, key) in std::mem::take(&mut spec.secret_parameters)
+                .into_iter()
+                .enumerate()
+            {
+                if key.is_empty() || key == crate::provisioner::PLUGIN_PARAMETER {
+                    return Err(invalid(
+                        format!("{field}.secretParameters[{i}]"),
+                        format!("{key:?} is not a parameter the plugin receives"),
+                    ));
+                }
+                output.secret_parameters.insert(key);
+            }
+            let sandbox = spec
                 .resolve(defaults.clone(), &field)
                 .map_err(|(f, m)| invalid(f, m))?;
-            plugins.insert(name, policy);
+            plugins.insert(name, (sandbox, output));
         }
         Ok(Self { defaults, plugins })
     }
 
     /// The sandbox of the named plugin (the defaults if it has no entry).
-    pub fn for_plugin(&self, name: &str) -> SandboxPolicy {
+    pub fn sandbox_for(&self, name: &str) -> SandboxPolicy {
         self.plugins
             .get(name)
-            .cloned()
+            .map(|(sandbox, _)| sandbox.clone())
             .unwrap_or_else(|| self.defaults.clone())
+    }
+
+    /// What the named plugin may return (nothing if it has no entry).
+    pub fn output_for(&self, name: &str) -> OutputPolicy {
+        self.plugins
+            .get(name)
+            .map(|(_, output)| output.clone())
+            .unwrap_or_default()
     }
 
     /// Names of the plugins the policy has an entry for.
@@ -201,6 +233,10 @@ struct PluginSpec {
     allowed_outbound: Vec<String>,
     #[serde(default)]
     network_filesystem: bool,
+    #[serde(default)]
+    secret_parameters: Vec<String>,
+    #[serde(default)]
+    output: OutputSpec,
 }
 
 #[derive(Debug, Deserialize)]
@@ -330,7 +366,7 @@ mod tests {
     #[test]
     fn an_empty_policy_grants_nothing_beyond_the_defaults() {
         let set = parse("").unwrap();
-        let p = set.for_plugin("anything");
+        let p = set.sandbox_for("anything");
         assert_eq!(p, SandboxPolicy::default());
         assert!(p.preopens.is_empty() && p.allowed_outbound.is_empty());
     }
@@ -346,13 +382,13 @@ mod tests {
             dir.path().display()
         );
         let set = parse(&yaml).unwrap();
-        let p = set.for_plugin("hostpath");
+        let p = set.sandbox_for("hostpath");
         assert_eq!(p.memory_limit, 32 << 20);
         assert_eq!(p.timeout, Duration::from_millis(500));
         assert_eq!(p.max_concurrent_calls, 9);
         assert_eq!(p.preopens[0].mode, DirMode::ReadWrite);
         assert_eq!(p.allowed_outbound, vec!["127.0.0.1:2049".parse().unwrap()]);
-        let other = set.for_plugin("other");
+        let other = set.sandbox_for("other");
         assert_eq!(other.timeout, Duration::from_secs(2));
         assert!(other.preopens.is_empty());
     }
@@ -389,6 +425,10 @@ mod tests {
             (
                 "plugins: {a: {allowedOutbound: [\"nfs.example:2049\"]}}",
                 "host names are not resolved",
+            ),
+            (
+                "plugins: {a: {secretParameters: [plugin]}}",
+                "plugins.a.secretParameters[0]",
             ),
         ];
         for (yaml, want) in cases {

@@ -1,7 +1,9 @@
 //! A storage backend served by a Wasm plugin: translates between the
 //! Kubernetes objects of the [`provisioner`](crate::provisioner) contract and
-//! the plugin's WIT types, and validates what the plugin returns.
+//! the plugin's WIT types, and checks what the plugin returns: that it is a
+//! valid volume, and that the operator's output policy allows it.
 
+mod output;
 mod request;
 mod source;
 mod volume;
@@ -10,27 +12,55 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::PersistentVolume;
 
+use crate::policy::OutputPolicy;
 use crate::provisioner::{
     DeleteError, DeleteState, ProvisionError, ProvisionOptions, ProvisionState,
 };
 use crate::runtime::bindings::types as wit;
 use crate::runtime::{CallError, Plugin};
+use crate::text::truncate;
 
 pub use request::{plugin_parameters, provision_request};
+pub use volume::{
+    MAX_ANNOTATIONS, MAX_ANNOTATION_BYTES, MAX_LABELS, MAX_MOUNT_OPTIONS, MAX_SOURCE_BYTES,
+    MAX_VOLUME_BYTES,
+};
+
+/// The longest plugin message passed on (in events, logs and errors); the
+/// rest is cut, saying how much. An event holds about 1 KiB.
+pub const MAX_MESSAGE_BYTES: usize = 1024;
+
+/// Starts the message of a provision whose volume the output policy refused.
+pub const REFUSED_BY_POLICY: &str = "returned a volume that its output policy refuses";
 
 /// One plugin seen as a provisioner.
 #[derive(Debug, Clone)]
 pub struct WasmProvisioner {
     plugin: Arc<Plugin>,
+    output: OutputPolicy,
 }
 
 impl WasmProvisioner {
-    pub fn new(plugin: Arc<Plugin>) -> Self {
-        Self { plugin }
+    /// `plugin` may return only what `output` grants.
+    pub fn new(plugin: Arc<Plugin>, output: OutputPolicy) -> Self {
+        Self { plugin, output }
     }
 
     pub fn plugin(&self) -> &Plugin {
         &self.plugin
+    }
+
+    /// What this plugin may return.
+    pub fn output_policy(&self) -> &OutputPolicy {
+        &self.output
+    }
+
+    /// The same plugin version under another output policy.
+    pub fn with_output_policy(&self, output: OutputPolicy) -> Self {
+        Self {
+            plugin: self.plugin.clone(),
+            output,
+        }
     }
 
     /// Whether the plugin can provision `volumeMode: Block` claims.
@@ -62,16 +92,57 @@ impl WasmProvisioner {
         let provenance = volume::Provenance {
             plugin: name,
             digest: self.plugin.digest(),
+            secret_parameters: &self.output.secret_parameters,
         };
-        volume::build(opts, &volume, &provenance).map_err(|message| {
-            ProvisionError::new(
-                ProvisionState::Failed,
+        let rejection = match volume::build(opts, &volume, &provenance) {
+            Ok(pv) => {
+                let source = serde_json::from_str(&volume.source).unwrap_or_default();
+                let refusals = output::check(&self.output, &volume, &source);
+                if refusals.is_empty() {
+                    return Ok(pv);
+                }
                 format!(
-                    "plugin {name} returned an invalid volume for {}: {message}; this is a bug in the plugin",
-                    opts.pv_name
-                ),
-            )
-        })
+                    "plugin {name} {REFUSED_BY_POLICY} for {}: {}; if the plugin is meant to return this, grant it under plugins.{name}.output in the sandbox policy",
+                    opts.pv_name,
+                    truncate(&refusals.join("; "), 4 * MAX_MESSAGE_BYTES)
+                )
+            }
+            Err(message) => format!(
+                "plugin {name} returned an invalid volume for {}: {}; this is a bug in the plugin",
+                opts.pv_name,
+                truncate(&message, MAX_MESSAGE_BYTES)
+            ),
+        };
+        Err(self.clean_up_rejected(opts, &volume, rejection).await)
+    }
+
+    /// The plugin made storage for a volume the host will not save: ask it
+    /// to remove that storage. If it cannot, the claim stays in progress
+    /// (in-background), so the host keeps trying instead of forgetting it.
+    async fn clean_up_rejected(
+        &self,
+        opts: &ProvisionOptions,
+        volume: &wit::Volume,
+        rejection: String,
+    ) -> ProvisionError {
+        let request = request::rejected_volume_request(opts, volume);
+        let failure = match self.plugin.delete(&request).await {
+            Ok(Ok(())) | Ok(Err(wit::DeleteError::Ignored(_))) => None,
+            Ok(Err(wit::DeleteError::Failed(m))) => {
+                Some(truncate(&m, MAX_MESSAGE_BYTES).into_owned())
+            }
+            Err(e) => Some(e.to_string()),
+        };
+        match failure {
+            None => ProvisionError::new(
+                ProvisionState::Failed,
+                format!("{rejection} (the storage it made was deleted again)"),
+            ),
+            Some(e) => ProvisionError::new(
+                ProvisionState::InBackground,
+                format!("{rejection}; deleting the storage it made failed, and is retried: {e}"),
+            ),
+        }
     }
 
     /// Asks the plugin to delete the storage of a released volume.
@@ -81,12 +152,17 @@ impl WasmProvisioner {
         match self.plugin.delete(&request).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(wit::DeleteError::Failed(m))) => Err(DeleteError::failed(format!(
-                "plugin {name} failed to delete {}: {m}",
-                request.pv_name
+                "plugin {name} failed to delete {}: {}",
+                request.pv_name,
+                truncate(&m, MAX_MESSAGE_BYTES)
             ))),
             Ok(Err(wit::DeleteError::Ignored(m))) => Err(DeleteError {
                 state: DeleteState::Ignored,
-                message: format!("plugin {name} ignored {}: {m}", request.pv_name),
+                message: format!(
+                    "plugin {name} ignored {}: {}",
+                    request.pv_name,
+                    truncate(&m, MAX_MESSAGE_BYTES)
+                ),
             }),
             Err(e) => Err(DeleteError::failed(e.to_string())),
         }
@@ -102,7 +178,10 @@ fn plugin_provision_error(plugin: &str, e: wit::ProvisionError) -> ProvisionErro
         E::Reschedule(m) => (ProvisionState::Reschedule, m),
         E::InvalidArgument(m) => (ProvisionState::InvalidArgument, m),
     };
-    ProvisionError::new(state, format!("plugin {plugin}: {message}"))
+    ProvisionError::new(
+        state,
+        format!("plugin {plugin}: {}", truncate(&message, MAX_MESSAGE_BYTES)),
+    )
 }
 
 /// A call that ended without an answer. A timeout may have left the backend

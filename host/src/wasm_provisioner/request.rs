@@ -248,3 +248,21 @@ pub fn delete_request(pv: &PersistentVolume) -> Result<wit::DeleteRequest, Delet
         annotations: to_list(annotations_map),
     })
 }
+
+/// The delete request for a volume the plugin made but the host refused to
+/// save: built from the plugin's own answer, so it can remove what it made.
+pub fn rejected_volume_request(
+    opts: &ProvisionOptions,
+    volume: &wit::Volume,
+) -> wit::DeleteRequest {
+    wit::DeleteRequest {
+        pv_name: opts.pv_name.clone(),
+        source: volume.source.clone(),
+        capacity_bytes: volume.capacity_bytes,
+        parameters: plugin_parameters(&opts.class).into_iter().collect(),
+        claim_namespace: opts.claim.metadata.namespace.clone().unwrap_or_default(),
+        claim_name: opts.claim.metadata.name.clone().unwrap_or_default(),
+        labels: volume.labels.clone(),
+        annotations: volume.annotations.clone(),
+    }
+}

@@ -6,31 +6,7 @@ use k8s_openapi::api::core::v1::PersistentVolumeSpec;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-/// The volume types of a PersistentVolumeSpec, in its JSON spelling.
-const VOLUME_TYPES: &[&str] = &[
-    "awsElasticBlockStore",
-    "azureDisk",
-    "azureFile",
-    "cephfs",
-    "cinder",
-    "csi",
-    "fc",
-    "flexVolume",
-    "flocker",
-    "gcePersistentDisk",
-    "glusterfs",
-    "hostPath",
-    "iscsi",
-    "local",
-    "nfs",
-    "photonPersistentDisk",
-    "portworxVolume",
-    "quobyte",
-    "rbd",
-    "scaleIO",
-    "storageos",
-    "vsphereVolume",
-];
+use crate::policy::output::SOURCE_KINDS as VOLUME_TYPES;
 
 /// Parses a plugin's source JSON into a spec that has only that source set.
 pub fn parse(json: &str) -> Result<PersistentVolumeSpec, String> {

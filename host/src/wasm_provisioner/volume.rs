@@ -1,6 +1,6 @@
 //! The plugin's returned volume → a validated PersistentVolume.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{
     NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, ObjectReference, PersistentVolume,
@@ -16,10 +16,13 @@ use crate::runtime::bindings::types as wit;
 use super::request::plugin_parameters;
 use super::source;
 
-/// What identifies the plugin on the volumes it makes.
+/// What identifies the plugin on the volumes it makes, and what of the
+/// class is recorded with them.
 pub struct Provenance<'a> {
     pub plugin: &'a str,
     pub digest: &'a str,
+    /// Class parameters not to record (secrets).
+    pub secret_parameters: &'a BTreeSet<String>,
 }
 
 /// Builds the PersistentVolume for `opts` from the plugin's answer. Every
@@ -34,6 +37,7 @@ pub fn build(
     let no_spec = PersistentVolumeClaimSpec::default();
     let claim_spec = claim.spec.as_ref().unwrap_or(&no_spec);
 
+    check_sizes(volume)?;
     if volume.capacity_bytes == 0 {
         return Err("capacity-bytes is 0; a volume must have a size".into());
     }
@@ -70,7 +74,9 @@ pub fn build(
         }
         annotations_map.insert(k.clone(), v.clone());
     }
-    let parameters = serde_json::to_string(&plugin_parameters(class)).map_err(|e| e.to_string())?;
+    let mut parameters = plugin_parameters(class);
+    parameters.retain(|key, _| !provenance.secret_parameters.contains(key));
+    let parameters = serde_json::to_string(&parameters).map_err(|e| e.to_string())?;
     annotations_map.insert(
         annotations::PROVISIONED_BY.to_owned(),
         class.provisioner.clone(),
@@ -126,7 +132,7 @@ pub fn build(
         .map(node_affinity)
         .transpose()?;
 
-    Ok(PersistentVolume {
+    let pv = PersistentVolume {
         metadata: ObjectMeta {
             name: Some(opts.pv_name.clone()),
             labels: (!labels.is_empty()).then_some(labels),
@@ -135,7 +141,63 @@ pub fn build(
         },
         spec: Some(spec),
         status: None,
-    })
+    };
+    let size = serde_json::to_vec(&pv).map_err(|e| e.to_string())?.len();
+    if size > MAX_VOLUME_BYTES {
+        return Err(format!(
+            "the PersistentVolume would be {size} bytes, above the host's limit of {MAX_VOLUME_BYTES} (the API server's is 1.5 MiB); return fewer or shorter fields"
+        ));
+    }
+    Ok(pv)
+}
+
+/// Limits on what a plugin may return, far above what a real volume needs
+/// and well under the API server's 1.5 MiB per object, so one plugin cannot
+/// make the host hold or send huge objects.
+pub const MAX_SOURCE_BYTES: usize = 64 << 10;
+pub const MAX_LABELS: usize = 64;
+pub const MAX_ANNOTATIONS: usize = 64;
+/// Keys and values of the plugin's annotations together (Kubernetes allows
+/// 256 KiB for all of an object's annotations).
+pub const MAX_ANNOTATION_BYTES: usize = 64 << 10;
+pub const MAX_MOUNT_OPTIONS: usize = 32;
+pub const MAX_VOLUME_BYTES: usize = 256 << 10;
+
+/// Refuses oversized answers before any of them is parsed or copied.
+fn check_sizes(volume: &wit::Volume) -> Result<(), String> {
+    let too_many = |what: &str, n: usize, max: usize| {
+        Err(format!("it returned {n} {what}; at most {max} are allowed"))
+    };
+    if volume.source.len() > MAX_SOURCE_BYTES {
+        return Err(format!(
+            "source is {} bytes; at most {MAX_SOURCE_BYTES} are allowed",
+            volume.source.len()
+        ));
+    }
+    if volume.labels.len() > MAX_LABELS {
+        return too_many("labels", volume.labels.len(), MAX_LABELS);
+    }
+    if volume.annotations.len() > MAX_ANNOTATIONS {
+        return too_many("annotations", volume.annotations.len(), MAX_ANNOTATIONS);
+    }
+    if volume.mount_options.len() > MAX_MOUNT_OPTIONS {
+        return too_many(
+            "mount options",
+            volume.mount_options.len(),
+            MAX_MOUNT_OPTIONS,
+        );
+    }
+    let annotation_bytes: usize = volume
+        .annotations
+        .iter()
+        .map(|(k, v)| k.len() + v.len())
+        .sum();
+    if annotation_bytes > MAX_ANNOTATION_BYTES {
+        return Err(format!(
+            "its annotations hold {annotation_bytes} bytes; at most {MAX_ANNOTATION_BYTES} are allowed"
+        ));
+    }
+    Ok(())
 }
 
 fn node_affinity(affinity: &wit::NodeAffinity) -> Result<VolumeNodeAffinity, String> {

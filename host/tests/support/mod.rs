@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use wasmprov::policy::SandboxPolicy;
+use wasmprov::policy::{OutputPolicy, PolicySet, SandboxPolicy};
 use wasmprov::provisioner::ProvisionOptions;
 use wasmprov::runtime::{Runtime, RuntimeConfig};
 use wasmprov::wasm_provisioner::WasmProvisioner;
@@ -107,13 +107,32 @@ pub fn runtime() -> &'static Runtime {
     })
 }
 
-pub async fn load(name: &str, file: &Path, policy: SandboxPolicy) -> WasmProvisioner {
+pub async fn load(
+    name: &str,
+    file: &Path,
+    policy: SandboxPolicy,
+    output: OutputPolicy,
+) -> WasmProvisioner {
     let bytes = std::fs::read(file).expect("read component");
     let plugin = runtime()
         .load(name, &bytes, policy)
         .await
         .unwrap_or_else(|e| panic!("load {}: {e}", file.display()));
-    WasmProvisioner::new(Arc::new(plugin))
+    WasmProvisioner::new(Arc::new(plugin), output)
+}
+
+/// The output policy entry that lets the misbehave guest return its healthy
+/// volume (a hostPath under /tmp/ok, annotations under misbehave.test/), in
+/// policy-file YAML.
+pub const MISBEHAVE_OUTPUT: &str =
+    "{sources: [hostPath], paths: [/tmp/ok], annotationPrefixes: [misbehave.test/]}";
+
+/// [`MISBEHAVE_OUTPUT`], parsed.
+pub fn misbehave_output() -> OutputPolicy {
+    let yaml = format!("plugins: {{misbehave: {{output: {MISBEHAVE_OUTPUT}}}}}");
+    PolicySet::parse(&yaml, Path::new("test"))
+        .expect("the misbehave output policy")
+        .output_for("misbehave")
 }
 
 pub fn class(name: &str, params: &[(&str, &str)]) -> StorageClass {

@@ -25,6 +25,9 @@
 //!     the host's handling of each variant is listed.
 //! 11. **no timeout, memory or crash**: no call ran out of time or memory, or
 //!     crashed (trapped), in the sandbox the policy gives the plugin.
+//! 12. **output within policy**: the output policy (`plugins.<name>.output`)
+//!     refused none of the volumes the plugin returned; each refusal says
+//!     what to grant, if the plugin is right to return it.
 //!
 //! The plugin runs in the sandbox the policy gives it (`--policy`, entry
 //! `--name`); a plugin that works on files needs its directories preopened
@@ -50,7 +53,7 @@ use crate::cli::DEFAULT_PROVISIONER_NAME;
 use crate::provisioner::{
     DeleteError, DeleteState, ProvisionError, ProvisionOptions, ProvisionState,
 };
-use crate::wasm_provisioner::WasmProvisioner;
+use crate::wasm_provisioner::{WasmProvisioner, REFUSED_BY_POLICY};
 
 /// The namespace of the claims the suite invents.
 const NAMESPACE: &str = "conformance";
@@ -96,6 +99,8 @@ struct Observed {
     sandbox_failures: Vec<(String, String)>,
     /// Error answers: variant → (count, empty messages).
     errors: BTreeMap<&'static str, (usize, usize)>,
+    /// Volumes the output policy refused: (check, message).
+    refused: Vec<(String, String)>,
 }
 
 struct Suite {
@@ -406,6 +411,22 @@ impl Suite {
                 .join("; ");
             self.fail(check, format!("{details}; {failures}"));
         }
+
+        // 12. output policy
+        let check = "output within policy";
+        match self.observed.refused.first() {
+            None => {
+                let name = self.provisioner.plugin().name().to_owned();
+                self.pass(check, format!("no volume refused by plugins.{name}.output"));
+            }
+            Some((at, message)) => {
+                let details = format!(
+                    "{} volume(s) refused; first, in [{at}]: {message}",
+                    self.observed.refused.len()
+                );
+                self.fail(check, details);
+            }
+        }
     }
 
     /// Checks 8 and 9: requests that must be answered with invalid-argument.
@@ -498,6 +519,11 @@ impl Suite {
         let result = self.provisioner.provision(opts).await;
         self.record_call(started.elapsed());
         if let Err(e) = &result {
+            if e.message.contains(REFUSED_BY_POLICY) {
+                self.observed
+                    .refused
+                    .push((check.to_owned(), e.message.clone()));
+            }
             let plugin_prefix = format!("plugin {}: ", self.provisioner.plugin().name());
             match e.message.strip_prefix(&plugin_prefix) {
                 // An answer of the plugin (the host prefixes its name).

@@ -154,12 +154,12 @@ async fn load(args: &PluginFile) -> anyhow::Result<Loaded> {
         .with_context(|| format!("cannot read plugin file {}", args.file.display()))?;
     let runtime = runtime(&args.runtime)?;
     let plugin = runtime
-        .load(&name, &bytes, policies.for_plugin(&name))
+        .load(&name, &bytes, policies.sandbox_for(&name))
         .await
         .with_context(|| format!("{} cannot be used as a plugin", args.file.display()))?;
     Ok(Loaded {
         _runtime: runtime,
-        provisioner: WasmProvisioner::new(Arc::new(plugin)),
+        provisioner: WasmProvisioner::new(Arc::new(plugin), policies.output_for(&name)),
         sandbox_note: sandbox_note(args.runtime.policy.as_deref(), &policies, &name),
     })
 }
@@ -169,7 +169,8 @@ fn sandbox_note(policy: Option<&Path>, policies: &PolicySet, name: &str) -> Opti
     let Some(path) = policy else {
         return Some(format!(
             "no sandbox policy was given (--policy), so plugin {name} ran with no directories \
-             and no network; pass a policy that preopens the directories it uses, e.g. \
+             and no network, and may return no volume; pass a policy that preopens the \
+             directories it uses and grants what it returns, e.g. \
              `--policy deploy/examples/policy.yaml`"
         ));
     };
@@ -179,7 +180,8 @@ fn sandbox_note(policy: Option<&Path>, policies: &PolicySet, name: &str) -> Opti
     let entries = policies.plugin_names().collect::<Vec<_>>().join(", ");
     Some(format!(
         "sandbox policy {} has no entry plugins.{name}, so plugin {name} ran with the defaults: \
-         no directories and no network; add that entry, or pass --name to use another ({})",
+         no directories, no network, and no volume it may return; add that entry, or pass \
+         --name to use another ({})",
         path.display(),
         if entries.is_empty() {
             "the policy has no plugin entries".to_owned()

@@ -83,7 +83,7 @@ pub async fn pack(args: PackArgs) -> anyhow::Result<ExitCode> {
     };
     let runtime = super::runtime(&args.plugin.runtime)?;
     runtime
-        .load(&name, &wasm, policies.for_plugin(&name))
+        .load(&name, &wasm, policies.sandbox_for(&name))
         .await
         .with_context(|| format!("{} cannot be used as a plugin", file.display()))?;
 

@@ -14,9 +14,22 @@
 //!   node is refused. With `spin-ms`, it busy-waits that long first (a slow
 //!   backend, during which the scheduler may choose again).
 //!
+//! - For `return` (a volume exactly as the class says, to test the host's
+//!   output policy): `source` (JSON, default the healthy hostPath),
+//!   `mount-options`, `labels` and `annotations` (`;`-separated, labels and
+//!   annotations as `key=value`), `label-count` (that many extra labels
+//!   `misbehave.test/l<i>`). It records the storage it "made" as
+//!   `<dir>/<pv>.made` when `dir` is given, and `delete` removes that file.
+//! - For `link-out`: `host-dir`, the host path of the preopen `dir`. It makes
+//!   `<dir>/<pv>` a symbolic link climbing to `/` and returns the hostPath
+//!   `<host-dir>/<pv>/etc`.
+//! - For `huge-message`: `message-bytes` (default 30 MiB), the size of the
+//!   `failed` message.
+//!
 //! Escape attempts (`read-passwd`, `write-outside`, `socket`) answer
 //! `failed("<what>: <error>")` when the sandbox denied them and a volume with the
-//! annotation `escaped` when they succeeded, so a test can tell the two apart.
+//! annotation `misbehave.test/escaped` when they succeeded, so a test can tell
+//! the two apart. Every annotation it sets is under `misbehave.test/`.
 
 use std::hint::black_box;
 use std::io::Write;
@@ -59,7 +72,14 @@ pub const BEHAVIORS: &[&str] = &[
     "no-change",
     "reschedule",
     "invalid-argument",
+    "return",
+    "link-out",
+    "huge-message",
+    "echo-parameters",
 ];
+
+/// The prefix of every label and annotation key this guest sets.
+const KEY_PREFIX: &str = "misbehave.test/";
 
 const DEFAULT_DIR: &str = "/data";
 const DEFAULT_SPIN_MS: u64 = 100;
@@ -143,11 +163,56 @@ impl Guest for Misbehave {
                 source: serde_json::json!({ "hostPath": { "path": "relative/dir" } }).to_string(),
                 ..ok()
             }),
-            "reserved-annotation" => Ok(volume(
+            "reserved-annotation" => Ok(Volume {
+                annotations: vec![("wasmprov.io/plugin".to_string(), "evil".to_string())],
+                ..ok()
+            }),
+            "return" => {
+                let mut v = ok();
+                if let Some(source) = param(params, "source") {
+                    v.source = source.to_string();
+                }
+                v.mount_options = list(params, "mount-options").map(str::to_string).collect();
+                v.labels = pairs(params, "labels");
+                v.annotations = pairs(params, "annotations");
+                if let Some(n) = param(params, "label-count") {
+                    let n: usize = n
+                        .parse()
+                        .map_err(|e| InvalidArgument(format!("parameter label-count: {e}")))?;
+                    v.labels
+                        .extend((0..n).map(|i| (format!("{KEY_PREFIX}l{i}"), "x".to_string())));
+                }
+                if param(params, "dir").is_some() {
+                    let made = format!("{dir}/{pv}.made");
+                    std::fs::write(&made, "made")
+                        .map_err(|e| Failed(format!("write {made}: {e}")))?;
+                }
+                Ok(v)
+            }
+            "link-out" => {
+                let host_dir = param(params, "host-dir").ok_or_else(|| {
+                    InvalidArgument("behavior link-out needs the parameter host-dir".into())
+                })?;
+                let link = format!("{dir}/{pv}");
+                symlink_to_root(&link).map_err(|e| Failed(format!("symlink {link}: {e}")))?;
+                Ok(Volume {
+                    source: serde_json::json!({ "hostPath": { "path": format!("{host_dir}/{pv}/etc") } })
+                        .to_string(),
+                    ..ok()
+                })
+            }
+            "echo-parameters" => Ok(volume(
                 pv,
                 bytes,
-                vec![("wasmprov.io/plugin".to_string(), "evil".to_string())],
+                vec![key_value("parameters", parameter_names(params))],
             )),
+            "huge-message" => {
+                let n: usize = param(params, "message-bytes")
+                    .unwrap_or("31457280")
+                    .parse()
+                    .map_err(|e| InvalidArgument(format!("parameter message-bytes: {e}")))?;
+                Err(Failed("m".repeat(n)))
+            }
 
             // Escape attempts: denied → failed, succeeded → annotation `escaped`.
             "read-passwd" => match std::fs::read_to_string("/etc/passwd") {
@@ -176,7 +241,7 @@ impl Guest for Misbehave {
                 let path = format!("{dir}/inside.txt");
                 let content = std::fs::read_to_string(&path)
                     .map_err(|e| Failed(format!("read {path}: {e}")))?;
-                Ok(volume(pv, bytes, vec![("content".to_string(), content)]))
+                Ok(volume(pv, bytes, vec![key_value("content", content)]))
             }
             "env" => {
                 let env = std::env::vars()
@@ -187,7 +252,7 @@ impl Guest for Misbehave {
                 Ok(volume(
                     pv,
                     bytes,
-                    vec![("env".to_string(), env), ("args".to_string(), args)],
+                    vec![key_value("env", env), key_value("args", args)],
                 ))
             }
 
@@ -245,6 +310,28 @@ impl Guest for Misbehave {
             "fail" => Err(DeleteError::Failed(
                 "misbehave: deliberate delete failure".to_string(),
             )),
+            // Says which parameters delete got (as a failure, to be seen).
+            "echo-parameters" => Err(DeleteError::Failed(format!(
+                "parameters: {}",
+                parameter_names(params)
+            ))),
+            // Removes what `return` recorded; with `delete-fails`, refuses to.
+            "return" => {
+                if param(params, "delete-fails").is_some() {
+                    return Err(DeleteError::Failed("misbehave: cannot delete".to_string()));
+                }
+                match param(params, "dir") {
+                    Some(dir) => {
+                        let made = format!("{dir}/{}.made", request.pv_name);
+                        match std::fs::remove_file(&made) {
+                            Ok(()) => Ok(()),
+                            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                            Err(e) => Err(DeleteError::Failed(format!("remove {made}: {e}"))),
+                        }
+                    }
+                    None => Ok(()),
+                }
+            }
             "ignored" => Err(DeleteError::Ignored("misbehave: not my volume".to_string())),
             // Everything else only misbehaves in provision: nothing to delete.
             known if BEHAVIORS.contains(&known) => Ok(()),
@@ -258,6 +345,36 @@ fn param<'a>(params: &'a [(String, String)], key: &str) -> Option<&'a str> {
         .iter()
         .find(|(k, _)| k == key)
         .map(|(_, value)| value.as_str())
+}
+
+/// The `;`-separated items of a parameter.
+fn list<'a>(params: &'a [(String, String)], key: &str) -> impl Iterator<Item = &'a str> {
+    param(params, key)
+        .unwrap_or_default()
+        .split(';')
+        .filter(|s| !s.is_empty())
+}
+
+/// The `key=value` items of a parameter.
+fn pairs(params: &[(String, String)], key: &str) -> Vec<(String, String)> {
+    list(params, key)
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+            (k.to_string(), v.to_string())
+        })
+        .collect()
+}
+
+/// The names of the parameters, sorted, comma-separated.
+fn parameter_names(params: &[(String, String)]) -> String {
+    let mut names: Vec<&str> = params.iter().map(|(k, _)| k.as_str()).collect();
+    names.sort();
+    names.join(",")
+}
+
+/// An annotation under this guest's prefix.
+fn key_value(key: &str, value: String) -> (String, String) {
+    (format!("{KEY_PREFIX}{key}"), value)
 }
 
 fn unknown_behavior(behavior: &str) -> String {
@@ -290,7 +407,7 @@ fn volume(pv: &str, bytes: u64, annotations: Vec<(String, String)>) -> Volume {
 
 /// The answer of an escape attempt that worked: the sandbox has a hole.
 fn escaped(pv: &str, bytes: u64, what: &str) -> Volume {
-    volume(pv, bytes, vec![("escaped".to_string(), what.to_string())])
+    volume(pv, bytes, vec![key_value("escaped", what.to_string())])
 }
 
 /// Loops until the host interrupts it; `black_box` keeps the optimizer from
