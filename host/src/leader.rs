@@ -1,14 +1,19 @@
 //! Leader election through a coordination.k8s.io Lease, so several replicas
 //! can run and exactly one provisions. The leader renews the lease; a
-//! candidate takes it over once it has not been renewed for its duration.
-//! Losing the lease stops the work at once (its future is dropped).
+//! candidate takes it over once it has not seen the lease change for its
+//! duration, by its own clock (client-go's rule: the holder's `renewTime` is
+//! another machine's clock, so comparing it with ours would let skewed clocks
+//! make two leaders, or none). Losing the lease stops the work at once (its
+//! future is dropped).
 
 use std::future::Future;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::jiff::Timestamp;
 use kube::api::PostParams;
 use kube::{Api, Client};
 
@@ -65,10 +70,11 @@ pub async fn run_as_leader<T>(
     work: impl Future<Output = T>,
 ) -> Result<T, LostLease> {
     let leases: Api<Lease> = Api::namespaced(client, &config.namespace);
+    let mut observed = Observed::default();
     loop {
-        match try_acquire_or_renew(&leases, &config).await {
-            Ok(true) => break,
-            Ok(false) => {}
+        match try_acquire_or_renew(&leases, &config, &mut observed).await {
+            Ok(Attempt::Held) => break,
+            Ok(Attempt::HeldByOther | Attempt::Conflict) => {}
             Err(e) => {
                 tracing::warn!(lease = %config.name, error = %e, "cannot read or write the leader lease")
             }
@@ -78,12 +84,18 @@ pub async fn run_as_leader<T>(
     tracing::info!(lease = %config.name, identity = %config.identity, "became the leader");
     on_leader(true);
     let renew = async {
-        let mut last_renewal = tokio::time::Instant::now();
+        let mut last_renewal = Instant::now();
+        let mut pause = config.retry_period;
         loop {
-            tokio::time::sleep(config.retry_period).await;
-            match try_acquire_or_renew(&leases, &config).await {
-                Ok(true) => last_renewal = tokio::time::Instant::now(),
-                Ok(false) => break,
+            tokio::time::sleep(pause).await;
+            pause = config.retry_period;
+            match try_acquire_or_renew(&leases, &config, &mut observed).await {
+                Ok(Attempt::Held) => last_renewal = Instant::now(),
+                Ok(Attempt::HeldByOther) => break,
+                // Someone wrote the lease between our read and our write
+                // (often an admin's label, or a candidate's failed take):
+                // read it again at once rather than give up leadership.
+                Ok(Attempt::Conflict) => pause = Duration::ZERO,
                 Err(e) => {
                     tracing::warn!(lease = %config.name, error = %e, "cannot renew the leader lease")
                 }
@@ -108,11 +120,42 @@ pub async fn run_as_leader<T>(
     outcome
 }
 
-/// One attempt: true if we hold the lease afterwards.
+/// What one attempt to take or renew the lease came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Attempt {
+    /// We hold it.
+    Held,
+    /// Another replica holds it, and it has not expired.
+    HeldByOther,
+    /// The lease changed between our read and our write: read again.
+    Conflict,
+}
+
+/// The lease as this replica last saw it, and when (by our clock) it last
+/// changed: client-go's observed record and observed time.
+#[derive(Debug, Default)]
+struct Observed {
+    record: Option<LeaseSpec>,
+    changed: Option<Instant>,
+}
+
+impl Observed {
+    /// Notes `spec` as seen now; returns when it last changed.
+    fn see(&mut self, spec: &LeaseSpec) -> Instant {
+        let now = Instant::now();
+        if self.record.as_ref() != Some(spec) {
+            self.record = Some(spec.clone());
+            self.changed = Some(now);
+        }
+        self.changed.unwrap_or(now)
+    }
+}
+
 async fn try_acquire_or_renew(
     leases: &Api<Lease>,
     config: &LeaseConfig,
-) -> Result<bool, kube::Error> {
+    observed: &mut Observed,
+) -> Result<Attempt, kube::Error> {
     let now = Timestamp::now();
     let Some(mut lease) = leases.get_opt(&config.name).await? else {
         let lease = Lease {
@@ -130,14 +173,15 @@ async fn try_acquire_or_renew(
             )),
         };
         return match leases.create(&PostParams::default(), &lease).await {
-            Ok(_) => Ok(true),
-            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            Ok(_) => Ok(Attempt::Held),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(Attempt::Conflict),
             Err(e) => Err(e),
         };
     };
     let spec = lease.spec.clone().unwrap_or_default();
-    if !may_take(&spec, &config.identity, now) {
-        return Ok(false);
+    let unchanged_since = observed.see(&spec);
+    if !may_take(&spec, &config.identity, unchanged_since.elapsed()) {
+        return Ok(Attempt::HeldByOther);
     }
     let ours = spec.holder_identity.as_deref() == Some(config.identity.as_str());
     let transitions = spec.lease_transitions.unwrap_or(0) + i32::from(!ours);
@@ -158,8 +202,13 @@ async fn try_acquire_or_renew(
         .replace(&config.name, &PostParams::default(), &lease)
         .await
     {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+        Ok(written) => {
+            if let Some(spec) = &written.spec {
+                observed.see(spec);
+            }
+            Ok(Attempt::Held)
+        }
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(Attempt::Conflict),
         Err(e) => Err(e),
     }
 }
@@ -202,21 +251,15 @@ fn held_by(
     }
 }
 
-/// Whether `me` may hold the lease now: it is ours, free, or expired.
-fn may_take(spec: &LeaseSpec, me: &str, now: Timestamp) -> bool {
+/// Whether `me` may hold the lease now: it is ours, free, or another's that
+/// has not changed for its duration (`unchanged_for`, by our clock).
+fn may_take(spec: &LeaseSpec, me: &str, unchanged_for: Duration) -> bool {
     match spec.holder_identity.as_deref() {
         None | Some("") => true,
         Some(holder) if holder == me => true,
         Some(_) => {
-            let Some(renewed) = spec.renew_time.as_ref() else {
-                return true;
-            };
-            let duration =
-                SignedDuration::from_secs(i64::from(spec.lease_duration_seconds.unwrap_or(15)));
-            match renewed.0.checked_add(duration) {
-                Ok(expiry) => expiry < now,
-                Err(_) => false,
-            }
+            let seconds = spec.lease_duration_seconds.unwrap_or(15).max(1);
+            unchanged_for > Duration::from_secs(seconds as u64)
         }
     }
 }
@@ -224,37 +267,57 @@ fn may_take(spec: &LeaseSpec, me: &str, now: Timestamp) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::jiff::SignedDuration;
 
-    fn spec(holder: Option<&str>, renewed_secs_ago: i64, duration: i32) -> LeaseSpec {
-        let now = Timestamp::now();
+    fn spec(holder: Option<&str>, duration: i32) -> LeaseSpec {
         LeaseSpec {
             holder_identity: holder.map(str::to_owned),
-            renew_time: Some(MicroTime(now - SignedDuration::from_secs(renewed_secs_ago))),
+            // Whatever the holder's clock says, it is not what counts.
+            renew_time: Some(MicroTime(Timestamp::now() - SignedDuration::from_hours(24))),
             lease_duration_seconds: Some(duration),
             ..Default::default()
         }
     }
 
     #[test]
-    fn a_lease_can_be_taken_when_free_ours_or_expired() {
-        let now = Timestamp::now();
+    fn a_lease_can_be_taken_when_free_ours_or_unchanged_for_its_duration() {
+        let secs = Duration::from_secs;
         let cases = [
-            ("free lease", spec(None, 0, 15), true),
-            ("our own lease (renewal)", spec(Some("me"), 1, 15), true),
+            ("free lease", spec(None, 15), secs(0), true),
             (
-                "another holder's live lease",
-                spec(Some("other"), 5, 15),
+                "our own lease (renewal)",
+                spec(Some("me"), 15),
+                secs(0),
+                true,
+            ),
+            (
+                "another holder's lease, changed 5 s ago",
+                spec(Some("other"), 15),
+                secs(5),
                 false,
             ),
             (
-                "another holder's expired lease",
-                spec(Some("other"), 20, 15),
+                "another holder's lease, unchanged for 20 s",
+                spec(Some("other"), 15),
+                secs(20),
                 true,
             ),
         ];
-        for (case, s, want) in cases {
-            assert_eq!(may_take(&s, "me", now), want, "{case}");
+        for (case, s, unchanged_for, want) in cases {
+            assert_eq!(may_take(&s, "me", unchanged_for), want, "{case}");
         }
         assert_eq!(lease_name("wasmprov.io/host"), "wasmprov.io-host");
+    }
+
+    #[tokio::test]
+    async fn a_lease_counts_as_changed_only_when_its_record_changes() {
+        let mut observed = Observed::default();
+        let lease = spec(Some("other"), 15);
+        let first = observed.see(&lease);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(observed.see(&lease.clone()), first, "same record");
+        let mut renewed = lease;
+        renewed.renew_time = Some(MicroTime(Timestamp::now()));
+        assert!(observed.see(&renewed) > first, "a renewal is a change");
     }
 }

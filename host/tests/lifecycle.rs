@@ -6,6 +6,7 @@
 //! need faults a real server does not produce on demand run on the
 //! simulator only.
 
+#[macro_use]
 mod support;
 
 use std::future::Future;
@@ -29,29 +30,6 @@ const NODE: &str = "worker-1";
 const CLAIM_FINALIZER: &str = "wasmprov.io/provisioning";
 /// The webhook configuration that makes volume saves fail on the real server.
 const SAVE_BLOCKER: &str = "block-volume-saves";
-
-/// Runs each listed scenario (`async fn NAME(server: Server)`) as two tests,
-/// `real::NAME` and `simulated::NAME`.
-macro_rules! on_both_servers {
-    ($($name:ident),* $(,)?) => {
-        mod real {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Server::Real).await
-                }
-            )*
-        }
-        mod simulated {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Server::Simulated).await
-                }
-            )*
-        }
-    };
-}
 
 on_both_servers!(
     a_claim_gets_a_bound_volume_and_deleting_it_removes_the_storage,

@@ -312,6 +312,30 @@ where
     }
 }
 
+/// Runs each listed scenario (`async fn NAME(server: Server)`) as two tests,
+/// `real::NAME` and `simulated::NAME`.
+#[allow(unused_macros)] // not every test file runs scenarios on both servers
+macro_rules! on_both_servers {
+    ($($name:ident),* $(,)?) => {
+        mod real {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Server::Real).await
+                }
+            )*
+        }
+        mod simulated {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Server::Simulated).await
+                }
+            )*
+        }
+    };
+}
+
 /// Which API server a test runs against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Server {
