@@ -83,6 +83,7 @@ on_both_servers!(
     the_volume_finalizer_follows_the_flag_on_existing_volumes,
     a_claim_given_up_on_is_tried_again_at_the_next_resync,
     a_claim_waiting_for_its_plugin_is_provisioned_when_the_plugin_loads,
+    a_claim_deleted_after_no_change_still_has_its_storage_removed,
 );
 
 /// A cluster (real or simulated, with one node) with a wasmprov host
@@ -1912,4 +1913,53 @@ async fn a_claim_waiting_for_its_plugin_is_provisioned_when_the_plugin_loads(ser
     .unwrap();
     let pv = c.bound_volume("data").await;
     assert!(host_path(&pv).is_dir());
+}
+
+/// The storage a backend is making for a claim is not forgotten when the
+/// backend, after `in-background`, answers `no-change` (still at it, nothing
+/// new): the claim deleted then has that storage removed once it exists.
+/// The Go library keeps such a claim in progress too.
+async fn a_claim_deleted_after_no_change_still_has_its_storage_removed(server: Server) {
+    // The default backoff (1 s, 2 s, …): the claim is deleted well before
+    // its own controller could see the backend finish.
+    let c = Cluster::start_with(server, &[misbehave()], |config| {
+        let defaults = lifecycle::Config::new(PROVISIONER);
+        config.retry_base = defaults.retry_base;
+        config.max_retry = defaults.max_retry;
+    })
+    .await;
+    c.class(
+        "async",
+        &[
+            ("plugin", "misbehave"),
+            ("behavior", "slow-create"),
+            ("attempts", "5"),
+            ("then", "no-change"),
+        ],
+        serde_json::json!({}),
+    )
+    .await;
+    c.claim("data", "async", serde_json::json!({})).await;
+    let uid = c.claims().get("data").await.unwrap().uid().unwrap();
+    let dir = c.volumes_dir.path();
+    let attempts = dir.join(format!("pvc-{uid}.attempts"));
+    let deleted = dir.join(format!("pvc-{uid}.deleted"));
+    eventually(
+        "the backend answered in-background, then no-change",
+        || async { (std::fs::read_to_string(&attempts).ok()? == "xx").then_some(()) },
+    )
+    .await;
+
+    c.delete_claim("data").await;
+    eventually(
+        "the storage made after the claim went is removed",
+        || async { deleted.exists().then_some(()) },
+    )
+    .await;
+    assert_eq!(
+        std::fs::read_to_string(&attempts).unwrap(),
+        "xxxxx",
+        "asked until it finished"
+    );
+    assert!(c.no_volumes().await);
 }

@@ -270,10 +270,15 @@ async fn provision<P: Provisioner>(
                 .provision_failed_total
                 .get_or_create(&class_label)
                 .inc();
-            if e.state == ProvisionState::InBackground {
-                ctx.in_progress.track(&uid, plugin, &opts);
-            } else {
-                ctx.in_progress.forget(&uid);
+            match e.state {
+                ProvisionState::InBackground => ctx.in_progress.track(&uid, plugin, &opts),
+                // "Nothing changed": whatever an earlier in-background
+                // answer started may still be under way, so the claim stays
+                // tracked if it was (the Go library leaves claimsInProgress
+                // alone on ProvisioningNoChange). Forgetting it here would
+                // leak that storage if the claim is deleted now.
+                ProvisionState::NoChange => {}
+                _ => ctx.in_progress.forget(&uid),
             }
             if !matches!(
                 e.state,
