@@ -84,6 +84,7 @@ on_both_servers!(
     a_claim_given_up_on_is_tried_again_at_the_next_resync,
     a_claim_waiting_for_its_plugin_is_provisioned_when_the_plugin_loads,
     a_claim_deleted_after_no_change_still_has_its_storage_removed,
+    the_storage_of_an_unsaved_volume_is_deleted_with_retries,
 );
 
 /// A cluster (real or simulated, with one node) with a wasmprov host
@@ -176,6 +177,15 @@ impl Cluster {
 
     fn sim(&self) -> &kube_sim::Simulator {
         self.api.sim()
+    }
+
+    /// The requests `user` sent with `verb` on `resource`.
+    fn requests_of(&self, user: &str, verb: &str, resource: &str) -> usize {
+        self.sim()
+            .requests()
+            .iter()
+            .filter(|r| r.user == user && r.verb == verb && r.resource == resource)
+            .count()
     }
 
     async fn use_claim_in_a_pod(&self, claim: &str) {
@@ -461,6 +471,7 @@ async fn host(
     config.retry_base = Duration::from_millis(100);
     config.max_retry = Duration::from_secs(1);
     config.save_attempts = 3;
+    config.save_retry_interval = Duration::from_millis(100);
     config.shutdown_grace = Duration::from_secs(2);
     tune(&mut config);
     lifecycle::run(client, Arc::new(registry), config, metrics, shutdown)
@@ -1962,4 +1973,111 @@ async fn a_claim_deleted_after_no_change_still_has_its_storage_removed(server: S
         "asked until it finished"
     );
     assert!(c.no_volumes().await);
+}
+
+/// A volume that cannot be saved has its storage deleted, and that delete is
+/// retried like the save (`--save-attempts`, `--save-retry-interval`): a
+/// backend that fails twice then succeeds leaves nothing behind and no
+/// warning; one that keeps failing is tried that many times, then reported.
+async fn the_storage_of_an_unsaved_volume_is_deleted_with_retries(server: Server) {
+    // One provision each (the threshold gives up after it): exact counts.
+    let c = Cluster::start_with(server, &[misbehave()], |config| {
+        config.failed_provision_threshold = 1;
+        config.save_attempts = 3;
+    })
+    .await;
+    for (class, failures) in [("flaky-delete", "2"), ("broken-delete", "10")] {
+        c.class(
+            class,
+            &[
+                ("plugin", "misbehave"),
+                ("behavior", "ok"),
+                ("delete-failures", failures),
+            ],
+            serde_json::json!({}),
+        )
+        .await;
+    }
+    c.fail_volume_saves().await;
+    c.claim("flaky", "flaky-delete", serde_json::json!({}))
+        .await;
+    c.claim("broken", "broken-delete", serde_json::json!({}))
+        .await;
+    let files = |uid: String| {
+        let dir = c.volumes_dir.path();
+        (
+            dir.join(format!("pvc-{uid}.delete-attempts")),
+            dir.join(format!("pvc-{uid}.deleted")),
+        )
+    };
+    let (flaky_tries, flaky_deleted) = files(c.claims().get("flaky").await.unwrap().uid().unwrap());
+    let (broken_tries, broken_deleted) =
+        files(c.claims().get("broken").await.unwrap().uid().unwrap());
+
+    // Reported after the cleanup: by then it is over.
+    c.event(
+        "flaky",
+        "ProvisioningFailed",
+        "failed to save PersistentVolume",
+    )
+    .await;
+    assert_eq!(std::fs::read_to_string(&flaky_tries).unwrap(), "xxx");
+    assert!(
+        flaky_deleted.exists(),
+        "the third delete removed the storage"
+    );
+    let warnings: Vec<_> = c
+        .events_for("flaky")
+        .await
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("ProvisioningCleanupFailed"))
+        .filter_map(|e| e.message)
+        .collect();
+    assert!(warnings.is_empty(), "no leak to report: {warnings:?}");
+
+    c.event(
+        "broken",
+        "ProvisioningCleanupFailed",
+        "tried 3 times, --save-attempts",
+    )
+    .await;
+    assert_eq!(std::fs::read_to_string(&broken_tries).unwrap(), "xxx");
+    assert!(!broken_deleted.exists());
+}
+
+/// `--save-attempts` and `--save-retry-interval`: a volume the API server
+/// refuses to save (500) is tried that many times, that long apart, as the
+/// Go library does (5 times, 10 s apart, by default), then its storage is
+/// deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn saving_a_volume_is_retried_save_attempts_times_save_retry_interval_apart() {
+    let c = Cluster::start_with(Server::Simulated, &[hostpath()], |config| {
+        config.failed_provision_threshold = 1;
+        config.save_attempts = 3;
+        config.save_retry_interval = Duration::from_millis(1500);
+    })
+    .await;
+    c.hostpath_class("fast", serde_json::json!({})).await;
+    c.fail_volume_saves().await;
+    c.claim("data", "fast", serde_json::json!({})).await;
+    // The tests' own requests send no token: "" is the host.
+    let saves = || c.requests_of("", "create", "persistentvolumes");
+    eventually("the host tries to save the volume", || async {
+        (saves() >= 1).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(saves(), 1, "the second try waits --save-retry-interval");
+    c.event(
+        "data",
+        "ProvisioningFailed",
+        "failed to save PersistentVolume",
+    )
+    .await;
+    assert_eq!(saves(), 3, "--save-attempts tries in all");
+    assert_eq!(
+        std::fs::read_dir(c.volumes_dir.path()).unwrap().count(),
+        0,
+        "the unsaved volume's storage is deleted"
+    );
 }

@@ -53,8 +53,13 @@ pub struct Config {
     /// First retry delay after a failure; doubles per failure up to `max_retry`.
     pub retry_base: Duration,
     pub max_retry: Duration,
-    /// Attempts to save a provisioned PersistentVolume before cleaning up.
+    /// Attempts to save a provisioned PersistentVolume before cleaning up,
+    /// and then to delete its storage (the Go library's
+    /// `CreateProvisionedPVRetryCount`); at least 1.
     pub save_attempts: usize,
+    /// The wait between those attempts (`CreateProvisionedPVInterval`: the
+    /// Go library's backoff there is linear).
+    pub save_retry_interval: Duration,
     /// Reported as the source of events (`reportingController`).
     pub controller_name: String,
     /// How long a stopping host lets reconciles in progress finish.
@@ -80,6 +85,7 @@ impl Config {
             retry_base: Duration::from_secs(1),
             max_retry: Duration::from_secs(300),
             save_attempts: 5,
+            save_retry_interval: Duration::from_secs(10),
             controller_name: "wasmprov".to_owned(),
             shutdown_grace: Duration::from_secs(10),
             resync: Duration::from_secs(15 * 60),
