@@ -179,6 +179,16 @@ impl Cluster {
         self.api.sim()
     }
 
+    /// A client of the simulator whose requests it logs as `token`'s.
+    async fn client_with_token(&self, token: &str) -> Client {
+        let kubeconfig =
+            kube::config::Kubeconfig::from_yaml(&self.sim().kubeconfig_with_token(token)).unwrap();
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .unwrap();
+        Client::try_from(config).unwrap()
+    }
+
     /// The requests `user` sent with `verb` on `resource`.
     fn requests_of(&self, user: &str, verb: &str, resource: &str) -> usize {
         self.sim()
@@ -1647,16 +1657,7 @@ async fn claims_that_are_not_ours_cost_no_api_request() {
     let mut c = Cluster::start(Server::Simulated, &[hostpath()]).await;
     c.stop_host().await;
     let host_token = "the-host";
-    let client = kube::Client::try_from(
-        kube::Config::from_custom_kubeconfig(
-            kube::config::Kubeconfig::from_yaml(&c.sim().kubeconfig_with_token(host_token))
-                .unwrap(),
-            &Default::default(),
-        )
-        .await
-        .unwrap(),
-    )
-    .unwrap();
+    let client = c.client_with_token(host_token).await;
     let static_pv: PersistentVolume = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "admin-made"},
         "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
@@ -2079,5 +2080,54 @@ async fn saving_a_volume_is_retried_save_attempts_times_save_retry_interval_apar
         std::fs::read_dir(c.volumes_dir.path()).unwrap().count(),
         0,
         "the unsaved volume's storage is deleted"
+    );
+}
+
+/// A claim answered `in-background` costs the in-progress sweep nothing
+/// while it exists (its own controller keeps asking the plugin); once it is
+/// deleted, the sweep confirms that with one request and asks the plugin
+/// with a backoff (1 s, 2 s, 4 s, …), not at every tick: a backend that
+/// takes hours costs a few calls, not one a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_in_progress_costs_few_requests_and_plugin_calls() {
+    let mut c = Cluster::start_with(Server::Simulated, &[misbehave()], |config| {
+        let defaults = lifecycle::Config::new(PROVISIONER);
+        config.retry_base = defaults.retry_base;
+        config.max_retry = defaults.max_retry;
+    })
+    .await;
+    c.stop_host().await;
+    let host = "the-host";
+    let client = c.client_with_token(host).await;
+    let dir = c._plugins_dir.path().to_owned();
+    c.start_host_with_client(dir, client).await;
+    c.misbehave_class("forever", "in-background").await;
+    c.claim("data", "forever", serde_json::json!({})).await;
+    c.event("data", "ProvisioningFailed", "still creating")
+        .await;
+
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let claim_gets = || c.requests_of(host, "get", "persistentvolumeclaims");
+    assert_eq!(
+        claim_gets(),
+        0,
+        "no request for a claim that is still there"
+    );
+
+    c.delete_claim("data").await;
+    c.claim_gone("data").await;
+    let before = plugin_calls(&c.metrics, "misbehave", "provision");
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let calls = plugin_calls(&c.metrics, "misbehave", "provision") - before;
+    // At about 0, 1, 3 and 7 s (the next at 15 s); one a second without
+    // a backoff.
+    assert!(
+        (2..=5).contains(&calls),
+        "{calls} plugin calls in 12 s for a deleted claim in progress"
+    );
+    assert!(
+        claim_gets() <= 2,
+        "{} GETs of the deleted claim",
+        claim_gets()
     );
 }

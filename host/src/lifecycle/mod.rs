@@ -113,6 +113,8 @@ struct Context<P> {
     /// The volumes as the volume controller's watch sees them (the Go
     /// library's volume informer cache).
     volumes: Store<PersistentVolume>,
+    /// The claims as the claim controller's watch sees them.
+    claims: Store<PersistentVolumeClaim>,
     events: Events,
     metrics: Arc<Metrics>,
     in_progress: in_progress::InProgress,
@@ -272,6 +274,10 @@ pub async fn run<P: Provisioner>(
         Api::<PersistentVolume>::all(client.clone()),
         watcher::Config::default(),
     );
+    let claims = Controller::new(
+        Api::<PersistentVolumeClaim>::all(client.clone()),
+        watcher::Config::default(),
+    );
     let (resync_tx, resyncs) = tokio::sync::watch::channel(0u64);
     if !config.resync.is_zero() {
         let period = config.resync;
@@ -290,6 +296,7 @@ pub async fn run<P: Provisioner>(
         provisioner,
         classes,
         volumes: volumes.store(),
+        claims: claims.store(),
         failures: Mutex::default(),
         resyncs: resyncs.clone(),
         config: config.clone(),
@@ -304,10 +311,6 @@ pub async fn run<P: Provisioner>(
         let _ = rx.wait_for(|s| *s).await;
     };
 
-    let claims = Controller::new(
-        Api::<PersistentVolumeClaim>::all(client.clone()),
-        watcher::Config::default(),
-    );
     // A class created or changed (e.g. a fixed plugin parameter) wakes the
     // claims that name it, instead of waiting for their next retry.
     let claim_store = claims.store();
@@ -418,6 +421,7 @@ mod tests {
             config: Config::new("test"),
             classes,
             volumes: reflector::store().0,
+            claims: reflector::store().0,
             metrics: Arc::default(),
             in_progress: Default::default(),
             failures: Mutex::default(),
