@@ -566,3 +566,27 @@ fn run_refuses_leader_election_timings_that_could_leave_two_leaders() {
         "{err}"
     );
 }
+
+#[test]
+fn run_refuses_save_retries_that_would_never_save_or_hammer_the_api() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().display().to_string();
+    for (flag, value, want) in [
+        ("--save-attempts", "0", "must be at least 1"),
+        (
+            "--save-attempts",
+            "many",
+            "\"many\" is not a whole number of attempts",
+        ),
+        ("--save-retry-interval", "0s", "must be above zero"),
+        ("--save-retry-interval", "2h", "2h is more than an hour"),
+    ] {
+        let out = wasmprov(&["run", "--plugins-dir", &plugins, flag, value]);
+        assert!(!out.status.success(), "{flag}={value} accepted");
+        let err = stderr(&out);
+        assert!(
+            err.contains(&format!("invalid value '{value}' for '{flag}")) && err.contains(want),
+            "{flag}={value}: {err}"
+        );
+    }
+}

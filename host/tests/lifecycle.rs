@@ -63,6 +63,8 @@ on_both_servers!(
     a_claim_given_up_on_is_tried_again_at_the_next_resync,
     a_claim_waiting_for_its_plugin_is_provisioned_when_the_plugin_loads,
     a_volume_outside_the_plugins_output_policy_is_refused_and_its_storage_removed,
+    a_claim_deleted_after_no_change_still_has_its_storage_removed,
+    the_storage_of_an_unsaved_volume_is_deleted_with_retries,
 );
 
 /// A cluster (real or simulated, with one node) with a wasmprov host
@@ -155,6 +157,25 @@ impl Cluster {
 
     fn sim(&self) -> &kube_sim::Simulator {
         self.api.sim()
+    }
+
+    /// A client of the simulator whose requests it logs as `token`'s.
+    async fn client_with_token(&self, token: &str) -> Client {
+        let kubeconfig =
+            kube::config::Kubeconfig::from_yaml(&self.sim().kubeconfig_with_token(token)).unwrap();
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .unwrap();
+        Client::try_from(config).unwrap()
+    }
+
+    /// The requests `user` sent with `verb` on `resource`.
+    fn requests_of(&self, user: &str, verb: &str, resource: &str) -> usize {
+        self.sim()
+            .requests()
+            .iter()
+            .filter(|r| r.user == user && r.verb == verb && r.resource == resource)
+            .count()
     }
 
     async fn use_claim_in_a_pod(&self, claim: &str) {
@@ -442,6 +463,7 @@ async fn host(
     config.retry_base = Duration::from_millis(100);
     config.max_retry = Duration::from_secs(1);
     config.save_attempts = 3;
+    config.save_retry_interval = Duration::from_millis(100);
     config.shutdown_grace = Duration::from_secs(2);
     tune(&mut config);
     lifecycle::run(client, Arc::new(registry), config, metrics, shutdown)
@@ -1656,16 +1678,7 @@ async fn claims_that_are_not_ours_cost_no_api_request() {
     let mut c = Cluster::start(Server::Simulated, &[hostpath()]).await;
     c.stop_host().await;
     let host_token = "the-host";
-    let client = kube::Client::try_from(
-        kube::Config::from_custom_kubeconfig(
-            kube::config::Kubeconfig::from_yaml(&c.sim().kubeconfig_with_token(host_token))
-                .unwrap(),
-            &Default::default(),
-        )
-        .await
-        .unwrap(),
-    )
-    .unwrap();
+    let client = c.client_with_token(host_token).await;
     let static_pv: PersistentVolume = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "admin-made"},
         "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
@@ -1933,4 +1946,209 @@ async fn a_claim_waiting_for_its_plugin_is_provisioned_when_the_plugin_loads(ser
     .unwrap();
     let pv = c.bound_volume("data").await;
     assert!(host_path(&pv).is_dir());
+}
+
+/// The storage a backend is making for a claim is not forgotten when the
+/// backend, after `in-background`, answers `no-change` (still at it, nothing
+/// new): the claim deleted then has that storage removed once it exists.
+/// The Go library keeps such a claim in progress too.
+async fn a_claim_deleted_after_no_change_still_has_its_storage_removed(server: Server) {
+    // The default backoff (1 s, 2 s, …): the claim is deleted well before
+    // its own controller could see the backend finish.
+    let c = Cluster::start_with(server, &[misbehave()], |config| {
+        let defaults = lifecycle::Config::new(PROVISIONER);
+        config.retry_base = defaults.retry_base;
+        config.max_retry = defaults.max_retry;
+    })
+    .await;
+    c.class(
+        "async",
+        &[
+            ("plugin", "misbehave"),
+            ("behavior", "slow-create"),
+            ("attempts", "5"),
+            ("then", "no-change"),
+        ],
+        serde_json::json!({}),
+    )
+    .await;
+    c.claim("data", "async", serde_json::json!({})).await;
+    let uid = c.claims().get("data").await.unwrap().uid().unwrap();
+    let dir = c.volumes_dir.path();
+    let attempts = dir.join(format!("pvc-{uid}.attempts"));
+    let deleted = dir.join(format!("pvc-{uid}.deleted"));
+    eventually(
+        "the backend answered in-background, then no-change",
+        || async { (std::fs::read_to_string(&attempts).ok()? == "xx").then_some(()) },
+    )
+    .await;
+
+    c.delete_claim("data").await;
+    eventually(
+        "the storage made after the claim went is removed",
+        || async { deleted.exists().then_some(()) },
+    )
+    .await;
+    assert_eq!(
+        std::fs::read_to_string(&attempts).unwrap(),
+        "xxxxx",
+        "asked until it finished"
+    );
+    assert!(c.no_volumes().await);
+}
+
+/// A volume that cannot be saved has its storage deleted, and that delete is
+/// retried like the save (`--save-attempts`, `--save-retry-interval`): a
+/// backend that fails twice then succeeds leaves nothing behind and no
+/// warning; one that keeps failing is tried that many times, then reported.
+async fn the_storage_of_an_unsaved_volume_is_deleted_with_retries(server: Server) {
+    // One provision each (the threshold gives up after it): exact counts.
+    let c = Cluster::start_with(server, &[misbehave()], |config| {
+        config.failed_provision_threshold = 1;
+        config.save_attempts = 3;
+    })
+    .await;
+    for (class, failures) in [("flaky-delete", "2"), ("broken-delete", "10")] {
+        c.class(
+            class,
+            &[
+                ("plugin", "misbehave"),
+                ("behavior", "ok"),
+                ("delete-failures", failures),
+            ],
+            serde_json::json!({}),
+        )
+        .await;
+    }
+    c.fail_volume_saves().await;
+    c.claim("flaky", "flaky-delete", serde_json::json!({}))
+        .await;
+    c.claim("broken", "broken-delete", serde_json::json!({}))
+        .await;
+    let files = |uid: String| {
+        let dir = c.volumes_dir.path();
+        (
+            dir.join(format!("pvc-{uid}.delete-attempts")),
+            dir.join(format!("pvc-{uid}.deleted")),
+        )
+    };
+    let (flaky_tries, flaky_deleted) = files(c.claims().get("flaky").await.unwrap().uid().unwrap());
+    let (broken_tries, broken_deleted) =
+        files(c.claims().get("broken").await.unwrap().uid().unwrap());
+
+    // Reported after the cleanup: by then it is over.
+    c.event(
+        "flaky",
+        "ProvisioningFailed",
+        "failed to save PersistentVolume",
+    )
+    .await;
+    assert_eq!(std::fs::read_to_string(&flaky_tries).unwrap(), "xxx");
+    assert!(
+        flaky_deleted.exists(),
+        "the third delete removed the storage"
+    );
+    let warnings: Vec<_> = c
+        .events_for("flaky")
+        .await
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("ProvisioningCleanupFailed"))
+        .filter_map(|e| e.message)
+        .collect();
+    assert!(warnings.is_empty(), "no leak to report: {warnings:?}");
+
+    c.event(
+        "broken",
+        "ProvisioningCleanupFailed",
+        "tried 3 times, --save-attempts",
+    )
+    .await;
+    assert_eq!(std::fs::read_to_string(&broken_tries).unwrap(), "xxx");
+    assert!(!broken_deleted.exists());
+}
+
+/// `--save-attempts` and `--save-retry-interval`: a volume the API server
+/// refuses to save (500) is tried that many times, that long apart, as the
+/// Go library does (5 times, 10 s apart, by default), then its storage is
+/// deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn saving_a_volume_is_retried_save_attempts_times_save_retry_interval_apart() {
+    let c = Cluster::start_with(Server::Simulated, &[hostpath()], |config| {
+        config.failed_provision_threshold = 1;
+        config.save_attempts = 3;
+        config.save_retry_interval = Duration::from_millis(1500);
+    })
+    .await;
+    c.hostpath_class("fast", serde_json::json!({})).await;
+    c.fail_volume_saves().await;
+    c.claim("data", "fast", serde_json::json!({})).await;
+    // The tests' own requests send no token: "" is the host.
+    let saves = || c.requests_of("", "create", "persistentvolumes");
+    eventually("the host tries to save the volume", || async {
+        (saves() >= 1).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(saves(), 1, "the second try waits --save-retry-interval");
+    c.event(
+        "data",
+        "ProvisioningFailed",
+        "failed to save PersistentVolume",
+    )
+    .await;
+    assert_eq!(saves(), 3, "--save-attempts tries in all");
+    assert_eq!(
+        std::fs::read_dir(c.volumes_dir.path()).unwrap().count(),
+        0,
+        "the unsaved volume's storage is deleted"
+    );
+}
+
+/// A claim answered `in-background` costs the in-progress sweep nothing
+/// while it exists (its own controller keeps asking the plugin); once it is
+/// deleted, the sweep confirms that with one request and asks the plugin
+/// with a backoff (1 s, 2 s, 4 s, …), not at every tick: a backend that
+/// takes hours costs a few calls, not one a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_in_progress_costs_few_requests_and_plugin_calls() {
+    let mut c = Cluster::start_with(Server::Simulated, &[misbehave()], |config| {
+        let defaults = lifecycle::Config::new(PROVISIONER);
+        config.retry_base = defaults.retry_base;
+        config.max_retry = defaults.max_retry;
+    })
+    .await;
+    c.stop_host().await;
+    let host = "the-host";
+    let client = c.client_with_token(host).await;
+    let dir = c._plugins_dir.path().to_owned();
+    c.start_host_with_client(dir, client).await;
+    c.misbehave_class("forever", "in-background").await;
+    c.claim("data", "forever", serde_json::json!({})).await;
+    c.event("data", "ProvisioningFailed", "still creating")
+        .await;
+
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let claim_gets = || c.requests_of(host, "get", "persistentvolumeclaims");
+    assert_eq!(
+        claim_gets(),
+        0,
+        "no request for a claim that is still there"
+    );
+
+    c.delete_claim("data").await;
+    c.claim_gone("data").await;
+    let before = plugin_calls(&c.metrics, "misbehave", "provision");
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let calls = plugin_calls(&c.metrics, "misbehave", "provision") - before;
+    // At about 0, 1, 3 and 7 s (the next at 15 s); one a second without
+    // a backoff.
+    assert!(
+        (2..=5).contains(&calls),
+        "{calls} plugin calls in 12 s for a deleted claim in progress"
+    );
+    assert!(
+        claim_gets() <= 2,
+        "{} GETs of the deleted claim",
+        claim_gets()
+    );
 }

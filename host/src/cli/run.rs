@@ -60,6 +60,17 @@ pub struct LifecycleArgs {
     /// Failed deletes of one volume before giving up (0: never).
     #[arg(long, default_value_t = 15, env = "WASMPROV_FAILED_DELETE_THRESHOLD")]
     pub failed_delete_threshold: u32,
+    /// Attempts to save a provisioned PersistentVolume when the API server
+    /// fails (5xx, 429, a lost connection), then to delete its storage if
+    /// it could not be saved, so that storage does not leak (the Go
+    /// library's CreateProvisionedPVRetryCount). 1: no retry.
+    #[arg(long, default_value_t = 5, value_name = "N", value_parser = parse_save_attempts, env = "WASMPROV_SAVE_ATTEMPTS")]
+    pub save_attempts: usize,
+    /// The wait between those attempts (the Go library's
+    /// CreateProvisionedPVInterval). The claim's worker waits with them: up
+    /// to (attempts - 1) × interval for the save, as long for the delete.
+    #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = parse_save_retry_interval, env = "WASMPROV_SAVE_RETRY_INTERVAL")]
+    pub save_retry_interval: std::time::Duration,
     /// Sustained Kubernetes API requests per second of the provisioning
     /// lifecycle (0: no limit). A claim costs about 3 requests (the volume's
     /// create and two events); a watch costs one to start. The default
@@ -86,6 +97,8 @@ impl LifecycleArgs {
         config.failed_provision_threshold = self.failed_provision_threshold;
         config.failed_delete_threshold = self.failed_delete_threshold;
         config.resync = self.resync_period;
+        config.save_attempts = self.save_attempts;
+        config.save_retry_interval = self.save_retry_interval;
         config
     }
 
@@ -96,6 +109,36 @@ impl LifecycleArgs {
             burst: self.kube_api_burst,
         }
     }
+}
+
+/// `--save-attempts`: 0 would never save a volume at all.
+fn parse_save_attempts(value: &str) -> Result<usize, String> {
+    let n: usize = value
+        .parse()
+        .map_err(|_| format!("{value:?} is not a whole number of attempts"))?;
+    if n == 0 {
+        return Err(
+            "must be at least 1: a volume is saved at least once (1 means no retry)".to_owned(),
+        );
+    }
+    Ok(n)
+}
+
+/// `--save-retry-interval`: above zero (retrying a failing API server at
+/// once only adds to its load), at most an hour (a worker waits it out).
+fn parse_save_retry_interval(value: &str) -> Result<std::time::Duration, String> {
+    let d = humantime::parse_duration(value)
+        .map_err(|e| format!("{value:?} is not a duration such as 10s or 500ms: {e}"))?;
+    if d.is_zero() {
+        return Err("must be above zero, e.g. 10s (the Go library's default)".to_owned());
+    }
+    if d > Duration::from_secs(3600) {
+        return Err(format!(
+            "{} is more than an hour: the claim's worker waits between attempts, so keep it short (default 10s)",
+            humantime::format_duration(d)
+        ));
+    }
+    Ok(d)
 }
 
 #[derive(Debug, Args)]

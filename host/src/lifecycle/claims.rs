@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use backon::{ExponentialBuilder, Retryable};
+use backon::{ConstantBuilder, Retryable};
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -18,7 +18,7 @@ use super::in_progress::{self, Finish};
 use super::reasons::*;
 use super::{AfterFailure, Context, Error};
 use crate::metrics::Metrics;
-use crate::provisioner::{ProvisionOptions, ProvisionState, Provisioner};
+use crate::provisioner::{DeleteState, ProvisionOptions, ProvisionState, Provisioner};
 
 /// How long to wait before looking again at a claim whose class is missing or
 /// that cannot be provisioned as it is.
@@ -270,10 +270,15 @@ async fn provision<P: Provisioner>(
                 .provision_failed_total
                 .get_or_create(&class_label)
                 .inc();
-            if e.state == ProvisionState::InBackground {
-                ctx.in_progress.track(&uid, plugin, &opts);
-            } else {
-                ctx.in_progress.forget(&uid);
+            match e.state {
+                ProvisionState::InBackground => ctx.in_progress.track(&uid, plugin, &opts),
+                // "Nothing changed": whatever an earlier in-background
+                // answer started may still be under way, so the claim stays
+                // tracked if it was (the Go library leaves claimsInProgress
+                // alone on ProvisioningNoChange). Forgetting it here would
+                // leak that storage if the claim is deleted now.
+                ProvisionState::NoChange => {}
+                _ => ctx.in_progress.forget(&uid),
             }
             if !matches!(
                 e.state,
@@ -299,7 +304,7 @@ async fn provision<P: Provisioner>(
             .push(keys::PV_FINALIZER.to_owned());
     }
 
-    match save(&volumes, &pv, &uid, ctx.config.save_attempts).await {
+    match save(&volumes, &pv, &uid, &ctx.config).await {
         Ok(()) => {
             ctx.succeed(&uid);
             release_or_log(&claim_now, ctx).await;
@@ -327,12 +332,21 @@ async fn provision<P: Provisioner>(
                 .provision_failed_total
                 .get_or_create(&class_label)
                 .inc();
-            // The backend made storage nobody will ever find: remove it.
-            match ctx.provisioner.delete(plugin, &pv).await {
+            // The backend made storage nobody will ever find: remove it,
+            // with the retries of the save (the Go library's backoffStore).
+            match clean_up(plugin, &pv, ctx).await {
                 Ok(()) => release_or_log(&claim_now, ctx).await,
                 Err(e) => {
+                    let tries = if e.state == DeleteState::Failed {
+                        let n = ctx.config.save_attempts.max(1);
+                        let s = if n == 1 { "" } else { "s" };
+                        format!(" (tried {n} time{s}, --save-attempts)")
+                    } else {
+                        String::new()
+                    };
                     let message = format!(
-                        "Volume {pv_name} could not be saved and deleting its storage failed too; it may have leaked: {e}"
+                        "Volume {pv_name} could not be saved and deleting its storage failed too{tries}; \
+                         it may have leaked: {e}"
                     );
                     ctx.events
                         .warning(
@@ -569,14 +583,41 @@ fn claim_uid(pv: &PersistentVolume) -> Option<String> {
     pv.spec.as_ref()?.claim_ref.as_ref()?.uid.clone()
 }
 
-/// Creates the volume, retrying transient API errors. AlreadyExists is
-/// success when the existing volume is this claim's (a previous attempt
-/// whose answer was lost) and is not being deleted.
+/// The retries of saving a volume and of deleting its storage when it
+/// cannot be saved: `--save-attempts` tries, `--save-retry-interval` apart
+/// (the Go library's `CreateProvisionedPVRetryCount` and
+/// `CreateProvisionedPVInterval`, a linear backoff).
+fn save_retries(config: &super::Config) -> ConstantBuilder {
+    ConstantBuilder::default()
+        .with_delay(config.save_retry_interval)
+        .with_max_times(config.save_attempts.saturating_sub(1))
+}
+
+/// Deletes the storage of a volume that could not be saved, retrying
+/// failures as [`save_retries`] says. `ignored` is a final answer.
+async fn clean_up<P: Provisioner>(
+    plugin: &str,
+    pv: &PersistentVolume,
+    ctx: &Context<P>,
+) -> Result<(), crate::provisioner::DeleteError> {
+    let delete = || ctx.provisioner.delete(plugin, pv);
+    delete
+        .retry(save_retries(&ctx.config))
+        .when(|e| e.state == DeleteState::Failed)
+        .notify(|e, after| {
+            tracing::warn!(volume = %pv.name_any(), error = %e, retry_in = ?after, "deleting the storage of an unsaved volume failed; retrying");
+        })
+        .await
+}
+
+/// Creates the volume, retrying transient API errors as [`save_retries`]
+/// says. AlreadyExists is success when the existing volume is this claim's
+/// (a previous attempt whose answer was lost) and is not being deleted.
 async fn save(
     volumes: &Api<PersistentVolume>,
     pv: &PersistentVolume,
     claim_uid_want: &str,
-    attempts: usize,
+    config: &super::Config,
 ) -> Result<(), kube::Error> {
     let create = || async {
         match volumes.create(&PostParams::default(), pv).await {
@@ -605,13 +646,11 @@ async fn save(
         }
     };
     create
-        .retry(
-            ExponentialBuilder::default()
-                .with_min_delay(Duration::from_millis(100))
-                .with_max_delay(Duration::from_secs(5))
-                .with_max_times(attempts.saturating_sub(1)),
-        )
+        .retry(save_retries(config))
         .when(is_transient)
+        .notify(|e, after| {
+            tracing::warn!(volume = %pv.name_any(), error = %e, retry_in = ?after, "saving the volume failed; retrying");
+        })
         .await
 }
 

@@ -11,10 +11,11 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::api::PostParams;
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 
 use super::{Context, Error};
@@ -22,36 +23,99 @@ use crate::provisioner::{DeleteState, ProvisionOptions, ProvisionState, Provisio
 
 /// The requests to repeat, by claim uid.
 #[derive(Default)]
-pub struct InProgress(Mutex<HashMap<String, (String, ProvisionOptions)>>);
+pub struct InProgress(Mutex<HashMap<String, Entry>>);
+
+/// One claim whose storage may still be being created.
+struct Entry {
+    plugin: String,
+    opts: ProvisionOptions,
+    /// The API server said this claim is gone (a uid never comes back), so
+    /// it need not be asked again.
+    gone: bool,
+    /// Looks since the claim went that did not finish it: its backoff.
+    misses: u32,
+    /// When the sweep may spend a request or a plugin call on it again.
+    next: Instant,
+}
 
 impl InProgress {
+    /// Remembers (or refreshes) a claim answered `in-background`; the
+    /// backoff of an entry already there is kept.
     pub fn track(&self, uid: &str, plugin: &str, opts: &ProvisionOptions) {
-        self.lock()
-            .insert(uid.to_owned(), (plugin.to_owned(), opts.clone()));
+        let mut all = self.lock();
+        match all.get_mut(uid) {
+            Some(entry) => {
+                entry.plugin = plugin.to_owned();
+                entry.opts = opts.clone();
+            }
+            None => {
+                all.insert(
+                    uid.to_owned(),
+                    Entry {
+                        plugin: plugin.to_owned(),
+                        opts: opts.clone(),
+                        gone: false,
+                        misses: 0,
+                        next: Instant::now(),
+                    },
+                );
+            }
+        }
     }
 
     pub fn forget(&self, uid: &str) {
         self.lock().remove(uid);
     }
 
-    fn snapshot(&self) -> Vec<(String, String, ProvisionOptions)> {
+    /// Whether `uid` is tracked.
+    #[cfg(test)]
+    pub fn tracks(&self, uid: &str) -> bool {
+        self.lock().contains_key(uid)
+    }
+
+    /// The entries whose backoff is over at `now`: (uid, plugin, request,
+    /// known to be gone).
+    fn due(&self, now: Instant) -> Vec<(String, String, ProvisionOptions, bool)> {
         self.lock()
             .iter()
-            .map(|(uid, (plugin, opts))| (uid.clone(), plugin.clone(), opts.clone()))
+            .filter(|(_, e)| e.next <= now)
+            .map(|(uid, e)| (uid.clone(), e.plugin.clone(), e.opts.clone(), e.gone))
             .collect()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (String, ProvisionOptions)>> {
+    fn mark_gone(&self, uid: &str) {
+        if let Some(e) = self.lock().get_mut(uid) {
+            e.gone = true;
+        }
+    }
+
+    /// One more look at `uid` that did not finish it: the next waits
+    /// `backoff(misses)`.
+    fn missed(&self, uid: &str, backoff: impl FnOnce(u32) -> Duration) {
+        if let Some(e) = self.lock().get_mut(uid) {
+            e.misses = e.misses.saturating_add(1);
+            e.next = Instant::now() + backoff(e.misses);
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
 /// Every `interval`, finishes the in-progress work of deleted claims.
+///
+/// A claim that is still there costs nothing: the claims watch's cache says
+/// so, and its own controller keeps asking the plugin. Once the cache no
+/// longer has it, one GET confirms it is gone; from then on the plugin is
+/// asked with a backoff of its own, the claims' (1 s, doubling, up to 5
+/// minutes), so a backend that takes hours costs a call every few minutes.
 pub async fn sweep<P: Provisioner>(ctx: Arc<Context<P>>, interval: Duration) {
     loop {
         tokio::time::sleep(interval).await;
-        for (uid, plugin, opts) in ctx.in_progress.snapshot() {
-            if let Err(e) = sweep_one(&ctx, &uid, &plugin, &opts).await {
+        for (uid, plugin, opts, gone) in ctx.in_progress.due(Instant::now()) {
+            if let Err(e) = sweep_one(&ctx, &uid, &plugin, &opts, gone).await {
+                ctx.in_progress.missed(&uid, |n| ctx.backoff(n));
                 tracing::warn!(claim_uid = %uid, error = %e, "cannot finish in-progress provisioning");
             }
         }
@@ -63,16 +127,28 @@ async fn sweep_one<P: Provisioner>(
     uid: &str,
     plugin: &str,
     opts: &ProvisionOptions,
+    gone: bool,
 ) -> Result<(), Error> {
-    let namespace = opts.claim.namespace().unwrap_or_default();
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &namespace);
-    let current = claims.get_opt(&opts.claim.name_any()).await?;
-    if current.is_some_and(|c| c.uid().as_deref() == Some(uid)) {
-        return Ok(()); // still there: its controller retries it
+    if !gone {
+        let namespace = opts.claim.namespace().unwrap_or_default();
+        let name = opts.claim.name_any();
+        let is_it = |c: &PersistentVolumeClaim| c.uid().as_deref() == Some(uid);
+        let cached = ctx.claims.get(&ObjectRef::new(&name).within(&namespace));
+        if cached.is_some_and(|c| is_it(&c)) {
+            return Ok(()); // still there: its controller retries it
+        }
+        // The watch saw it go; the cache may be behind a recreation or a
+        // relist, so ask once before removing anything.
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &namespace);
+        if claims.get_opt(&name).await?.is_some_and(|c| is_it(&c)) {
+            ctx.in_progress.missed(uid, |n| ctx.backoff(n));
+            return Ok(());
+        }
+        ctx.in_progress.mark_gone(uid);
     }
     match finish(ctx, plugin, opts).await {
         Ok(Finish::Done) => ctx.in_progress.forget(uid),
-        Ok(Finish::Pending(_)) => {}
+        Ok(Finish::Pending(_)) => ctx.in_progress.missed(uid, |n| ctx.backoff(n)),
         Err(Error::Delete(message)) => {
             // Nothing records this storage any more: say so loudly, once.
             ctx.in_progress.forget(uid);
@@ -142,4 +218,46 @@ pub(super) async fn finish<P: Provisioner>(
     }
     tracing::info!(volume = %opts.pv_name, "claim deleted while provisioning; removed the storage it got");
     Ok(Finish::Done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts() -> ProvisionOptions {
+        ProvisionOptions {
+            pv_name: "pvc-u".into(),
+            claim: Default::default(),
+            class: Default::default(),
+            selected_node: None,
+        }
+    }
+
+    #[test]
+    fn an_entry_waits_out_its_own_backoff_and_tracking_again_keeps_it() {
+        let p = InProgress::default();
+        p.track("u", "x", &opts());
+        p.track("v", "x", &opts());
+        let now = Instant::now();
+        assert_eq!(p.due(now).len(), 2, "a new entry is due at once");
+        p.missed("u", |n| Duration::from_secs(60 * u64::from(n)));
+        let due: Vec<_> = p.due(now).into_iter().map(|d| d.0).collect();
+        assert_eq!(due, ["v"], "u backs off, v does not");
+        // Answered in-background again by its controller: same backoff.
+        p.track("u", "y", &opts());
+        assert!(p
+            .due(now + Duration::from_secs(59))
+            .iter()
+            .all(|d| d.0 != "u"));
+        let later = p.due(now + Duration::from_secs(61));
+        assert!(later.iter().any(|d| d.0 == "u" && d.1 == "y"));
+        // The backoff grows with each miss.
+        p.missed("u", |n| Duration::from_secs(60 * u64::from(n)));
+        assert!(p
+            .due(now + Duration::from_secs(119))
+            .iter()
+            .all(|d| d.0 != "u"));
+        p.forget("u");
+        assert!(!p.tracks("u"));
+    }
 }

@@ -53,8 +53,13 @@ pub struct Config {
     /// First retry delay after a failure; doubles per failure up to `max_retry`.
     pub retry_base: Duration,
     pub max_retry: Duration,
-    /// Attempts to save a provisioned PersistentVolume before cleaning up.
+    /// Attempts to save a provisioned PersistentVolume before cleaning up,
+    /// and then to delete its storage (the Go library's
+    /// `CreateProvisionedPVRetryCount`); at least 1.
     pub save_attempts: usize,
+    /// The wait between those attempts (`CreateProvisionedPVInterval`: the
+    /// Go library's backoff there is linear).
+    pub save_retry_interval: Duration,
     /// Reported as the source of events (`reportingController`).
     pub controller_name: String,
     /// How long a stopping host lets reconciles in progress finish.
@@ -80,6 +85,7 @@ impl Config {
             retry_base: Duration::from_secs(1),
             max_retry: Duration::from_secs(300),
             save_attempts: 5,
+            save_retry_interval: Duration::from_secs(10),
             controller_name: "wasmprov".to_owned(),
             shutdown_grace: Duration::from_secs(10),
             resync: Duration::from_secs(15 * 60),
@@ -107,6 +113,8 @@ struct Context<P> {
     /// The volumes as the volume controller's watch sees them (the Go
     /// library's volume informer cache).
     volumes: Store<PersistentVolume>,
+    /// The claims as the claim controller's watch sees them.
+    claims: Store<PersistentVolumeClaim>,
     events: Events,
     metrics: Arc<Metrics>,
     in_progress: in_progress::InProgress,
@@ -266,6 +274,10 @@ pub async fn run<P: Provisioner>(
         Api::<PersistentVolume>::all(client.clone()),
         watcher::Config::default(),
     );
+    let claims = Controller::new(
+        Api::<PersistentVolumeClaim>::all(client.clone()),
+        watcher::Config::default(),
+    );
     let (resync_tx, resyncs) = tokio::sync::watch::channel(0u64);
     if !config.resync.is_zero() {
         let period = config.resync;
@@ -284,6 +296,7 @@ pub async fn run<P: Provisioner>(
         provisioner,
         classes,
         volumes: volumes.store(),
+        claims: claims.store(),
         failures: Mutex::default(),
         resyncs: resyncs.clone(),
         config: config.clone(),
@@ -298,10 +311,6 @@ pub async fn run<P: Provisioner>(
         let _ = rx.wait_for(|s| *s).await;
     };
 
-    let claims = Controller::new(
-        Api::<PersistentVolumeClaim>::all(client.clone()),
-        watcher::Config::default(),
-    );
     // A class created or changed (e.g. a fixed plugin parameter) wakes the
     // claims that name it, instead of waiting for their next retry.
     let claim_store = claims.store();
@@ -412,6 +421,7 @@ mod tests {
             config: Config::new("test"),
             classes,
             volumes: reflector::store().0,
+            claims: reflector::store().0,
             metrics: Arc::default(),
             in_progress: Default::default(),
             failures: Mutex::default(),

@@ -9,6 +9,12 @@
 //!   `write-inside` and `read-inside`.
 //! - `addr` (required by `socket`): `host:port` to connect to.
 //! - `spin-ms` (default `100`): how long `spin` busy-waits.
+//! - `then` (for `slow-create`, default `in-background`): what it answers
+//!   after its first `in-background` until done: `in-background` or
+//!   `no-change`.
+//! - `delete-failures` (any behaviour): `delete` fails this many times for a
+//!   volume (counted in `<dir>/<pv>.delete-attempts`), then succeeds and
+//!   writes `<dir>/<pv>.deleted`.
 //! - `refuse` (for `reschedule`): the only node names (comma-separated) it
 //!   refuses; on any other selected node it provisions. Without it, every
 //!   node is refused. With `spin-ms`, it busy-waits that long first (a slow
@@ -129,10 +135,14 @@ impl Guest for Misbehave {
                     .parse()
                     .map_err(|e| InvalidArgument(format!("parameter attempts: {e}")))?;
                 if seen.len() < want {
-                    Err(InBackground(format!(
-                        "misbehave: still creating ({} of {want})",
-                        seen.len()
-                    )))
+                    let message = format!("misbehave: still creating ({} of {want})", seen.len());
+                    match (seen.len(), param(params, "then").unwrap_or("in-background")) {
+                        (1, _) | (_, "in-background") => Err(InBackground(message)),
+                        (_, "no-change") => Err(NoChange(message)),
+                        (_, other) => Err(InvalidArgument(format!(
+                            "parameter then={other:?}: in-background or no-change"
+                        ))),
+                    }
                 } else {
                     Ok(ok())
                 }
@@ -287,6 +297,9 @@ impl Guest for Misbehave {
 
     fn delete(request: DeleteRequest) -> Result<(), DeleteError> {
         let params = &request.parameters;
+        if let Some(failures) = param(params, "delete-failures") {
+            return delete_after_failures(params, &request.pv_name, failures);
+        }
         match param(params, "behavior").unwrap_or("ok") {
             "loop" => spin_forever(),
             "oom" => allocate_forever(),
@@ -338,6 +351,32 @@ impl Guest for Misbehave {
             other => Err(DeleteError::Failed(unknown_behavior(other))),
         }
     }
+}
+
+/// `delete-failures`: fails the first `failures` deletes of `pv`, then
+/// records the delete as `<dir>/<pv>.deleted`.
+fn delete_after_failures(
+    params: &[(String, String)],
+    pv: &str,
+    failures: &str,
+) -> Result<(), DeleteError> {
+    let failures: usize = failures
+        .parse()
+        .map_err(|e| DeleteError::Failed(format!("parameter delete-failures: {e}")))?;
+    let dir = param(params, "dir").unwrap_or(DEFAULT_DIR);
+    let path = format!("{dir}/{pv}.delete-attempts");
+    let mut seen = std::fs::read_to_string(&path).unwrap_or_default();
+    seen.push('x');
+    std::fs::write(&path, &seen).map_err(|e| DeleteError::Failed(format!("write {path}: {e}")))?;
+    if seen.len() <= failures {
+        return Err(DeleteError::Failed(format!(
+            "misbehave: deliberate delete failure ({} of {failures})",
+            seen.len()
+        )));
+    }
+    let deleted = format!("{dir}/{pv}.deleted");
+    std::fs::write(&deleted, "deleted")
+        .map_err(|e| DeleteError::Failed(format!("write {deleted}: {e}")))
 }
 
 fn param<'a>(params: &'a [(String, String)], key: &str) -> Option<&'a str> {
