@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -14,6 +16,14 @@ use prometheus_client::registry::Registry;
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ClassLabels {
     pub class: String,
+}
+
+/// The Go library's provisioning labels: the claim's class, and the kind of
+/// its data source (`VolumeSnapshot`, `PersistentVolumeClaim`, … or empty).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProvisionLabels {
+    pub class: String,
+    pub source: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -47,13 +57,15 @@ pub struct PluginVersionLabels {
 
 type ClassCounter = Family<ClassLabels, Counter>;
 type ClassHistogram = Family<ClassLabels, Histogram, fn() -> Histogram>;
+type ProvisionCounter = Family<ProvisionLabels, Counter>;
+type ProvisionHistogram = Family<ProvisionLabels, Histogram, fn() -> Histogram>;
 
 /// Every metric the host exports.
 pub struct Metrics {
     registry: Registry,
-    pub provision_total: ClassCounter,
-    pub provision_failed_total: ClassCounter,
-    pub provision_duration: ClassHistogram,
+    pub provision_total: ProvisionCounter,
+    pub provision_failed_total: ProvisionCounter,
+    pub provision_duration: ProvisionHistogram,
     pub delete_total: ClassCounter,
     pub delete_failed_total: ClassCounter,
     pub delete_duration: ClassHistogram,
@@ -79,44 +91,53 @@ fn latency_buckets() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.0, 17))
 }
 
+/// Prometheus's default buckets (client_golang `DefBuckets`), which the Go
+/// library's provisioning histograms use: dashboards compare bucket by bucket.
+fn go_library_buckets() -> Histogram {
+    Histogram::new([
+        0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    ])
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::default();
         let controller = registry.sub_registry_with_prefix("controller");
-        let provision_total = ClassCounter::default();
+        // Names, labels, help and buckets as the Go library's.
+        let provision_total = ProvisionCounter::default();
         controller.register(
             "persistentvolumeclaim_provision",
-            "Total number of persistent volumes provisioned successfully, by storage class",
+            "Total number of persistent volumes provisioned successfully. Broken down by storage class name and source of the claim.",
             provision_total.clone(),
         );
-        let provision_failed_total = ClassCounter::default();
+        let provision_failed_total = ProvisionCounter::default();
         controller.register(
             "persistentvolumeclaim_provision_failed",
-            "Total number of persistent volume provision failures, by storage class",
+            "Total number of persistent volume provision failed attempts. Broken down by storage class name and source of the claim.",
             provision_failed_total.clone(),
         );
-        let provision_duration = ClassHistogram::new_with_constructor(latency_buckets);
+        let provision_duration = ProvisionHistogram::new_with_constructor(go_library_buckets);
         controller.register(
             "persistentvolumeclaim_provision_duration_seconds",
-            "Latency in seconds to provision persistent volumes, by storage class",
+            "Latency in seconds to provision persistent volumes. Failed provisioning attempts are ignored. Broken down by storage class name and source of the claim.",
             provision_duration.clone(),
         );
         let delete_total = ClassCounter::default();
         controller.register(
             "persistentvolume_delete",
-            "Total number of persistent volumes deleted successfully, by storage class",
+            "Total number of persistent volumes deleted successfully. Broken down by storage class name.",
             delete_total.clone(),
         );
         let delete_failed_total = ClassCounter::default();
         controller.register(
             "persistentvolume_delete_failed",
-            "Total number of persistent volume delete failures, by storage class",
+            "Total number of persistent volume delete failed attempts. Broken down by storage class name.",
             delete_failed_total.clone(),
         );
-        let delete_duration = ClassHistogram::new_with_constructor(latency_buckets);
+        let delete_duration = ClassHistogram::new_with_constructor(go_library_buckets);
         controller.register(
             "persistentvolume_delete_duration_seconds",
-            "Latency in seconds to delete persistent volumes, by storage class",
+            "Latency in seconds to delete persistent volumes. Failed deletion attempts are ignored. Broken down by storage class name.",
             delete_duration.clone(),
         );
         let wasmprov = registry.sub_registry_with_prefix("wasmprov");
@@ -190,6 +211,20 @@ impl Metrics {
         }
     }
 
+    /// The provisioning labels of a claim, as the Go library reads them.
+    pub fn provision_labels(claim: &PersistentVolumeClaim) -> ProvisionLabels {
+        let spec = claim.spec.as_ref();
+        ProvisionLabels {
+            class: spec
+                .and_then(|s| s.storage_class_name.clone())
+                .unwrap_or_default(),
+            source: spec
+                .and_then(|s| s.data_source.as_ref())
+                .map(|d| d.kind.clone())
+                .unwrap_or_default(),
+        }
+    }
+
     pub fn plugin_call(&self, plugin: &str, call: &str, result: &str, took: Duration) {
         self.plugin_calls
             .get_or_create(&PluginResultLabels {
@@ -227,5 +262,46 @@ impl Metrics {
         if let Some(new) = new {
             self.plugin_info.get_or_create(&labels(new)).set(1);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn provisioning_metrics_have_the_go_librarys_labels_and_buckets() {
+        let metrics = Metrics::default();
+        let claim: PersistentVolumeClaim = serde_json::from_value(serde_json::json!({
+            "spec": {"storageClassName": "fast",
+                "dataSource": {"kind": "VolumeSnapshot", "name": "snap", "apiGroup": "snapshot.storage.k8s.io"}},
+        }))
+        .unwrap();
+        let labels = Metrics::provision_labels(&claim);
+        metrics.provision_total.get_or_create(&labels).inc();
+        metrics
+            .provision_duration
+            .get_or_create(&labels)
+            .observe(0.2);
+        metrics
+            .delete_duration
+            .get_or_create(&Metrics::class("fast"))
+            .observe(0.2);
+        let text = metrics.encode();
+        for want in [
+            "controller_persistentvolumeclaim_provision_total{class=\"fast\",source=\"VolumeSnapshot\"} 1",
+            // client_golang's DefBuckets, 5 ms to 10 s.
+            "controller_persistentvolumeclaim_provision_duration_seconds_bucket{le=\"0.005\",class=\"fast\",source=\"VolumeSnapshot\"} 0",
+            "controller_persistentvolumeclaim_provision_duration_seconds_bucket{le=\"0.25\",class=\"fast\",source=\"VolumeSnapshot\"} 1",
+            "controller_persistentvolumeclaim_provision_duration_seconds_bucket{le=\"10.0\",class=\"fast\",source=\"VolumeSnapshot\"} 1",
+            "controller_persistentvolume_delete_duration_seconds_bucket{le=\"10.0\",class=\"fast\"} 1",
+        ] {
+            assert!(text.contains(want), "missing {want} in:\n{text}");
+        }
+        let buckets = text
+            .lines()
+            .filter(|l| l.starts_with("controller_persistentvolume_delete_duration_seconds_bucket"))
+            .count();
+        assert_eq!(buckets, 12, "11 buckets and +Inf:\n{text}");
     }
 }

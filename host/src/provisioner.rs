@@ -63,6 +63,8 @@ pub mod annotations {
     pub const PARAMETERS: &str = "wasmprov.io/parameters";
     /// The provisioner that made the volume (standard Kubernetes annotation).
     pub const PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
+    /// The provisioner a volume was handed over to by CSI migration.
+    pub const MIGRATED_TO: &str = "pv.kubernetes.io/migrated-to";
     /// Prefix reserved for the host; plugins may not set annotations under it.
     pub const RESERVED_PREFIX: &str = "wasmprov.io/";
 }

@@ -590,3 +590,36 @@ fn run_refuses_save_retries_that_would_never_save_or_hammer_the_api() {
         );
     }
 }
+
+#[test]
+fn run_refuses_an_adoption_of_volumes_it_would_never_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().display().to_string();
+    let out = wasmprov(&[
+        "run",
+        "--plugins-dir",
+        &plugins,
+        "--adopt-volumes",
+        "example.com/hostpath",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("is not NAME=CLASS, e.g. example.com/hostpath=hostpath"),
+        "{}",
+        stderr(&out)
+    );
+    let out = wasmprov(&[
+        "run",
+        "--plugins-dir",
+        &plugins,
+        "--adopt-volumes",
+        "example.com/hostpath=hostpath",
+    ]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("example.com/hostpath is not a name this host serves")
+            && err.contains("add it to --extra-provisioner-names"),
+        "{err}"
+    );
+}

@@ -65,6 +65,7 @@ on_both_servers!(
     a_volume_outside_the_plugins_output_policy_is_refused_and_its_storage_removed,
     a_claim_deleted_after_no_change_still_has_its_storage_removed,
     the_storage_of_an_unsaved_volume_is_deleted_with_retries,
+    the_volumes_of_a_replaced_go_provisioner_are_adopted_and_reclaimed,
 );
 
 /// A cluster (real or simulated, with one node) with a wasmprov host
@@ -512,9 +513,9 @@ async fn a_claim_gets_a_bound_volume_and_deleting_it_removes_the_storage(server:
     // What Prometheus scrapes: the Go library's names, and our plugin calls.
     let metrics = c.metrics.encode();
     for want in [
-        "controller_persistentvolumeclaim_provision_total{class=\"fast\"} 1",
+        "controller_persistentvolumeclaim_provision_total{class=\"fast\",source=\"\"} 1",
         "controller_persistentvolume_delete_total{class=\"fast\"} 1",
-        "controller_persistentvolumeclaim_provision_duration_seconds_count{class=\"fast\"} 1",
+        "controller_persistentvolumeclaim_provision_duration_seconds_count{class=\"fast\",source=\"\"} 1",
         "wasmprov_plugin_calls_total{plugin=\"hostpath\",call=\"provision\",result=\"ok\"} 1",
         "wasmprov_plugin_calls_total{plugin=\"hostpath\",call=\"delete\",result=\"ok\"} 1",
     ] {
@@ -644,6 +645,71 @@ async fn a_volume_outside_the_plugins_output_policy_is_refused_and_its_storage_r
         left.is_empty(),
         "the plugin's directory was removed: {left:?}"
     );
+}
+
+/// The Go library's hostpath example (examples/hostpath-provisioner): a
+/// directory `<pvDir>/<pv name>` served as a hostPath volume, its PV carrying
+/// `pv.kubernetes.io/provisioned-by` and its own identity annotation.
+const GO_PROVISIONER: &str = "example.com/hostpath";
+
+async fn the_volumes_of_a_replaced_go_provisioner_are_adopted_and_reclaimed(server: Server) {
+    let c = Cluster::start_with(server, &[hostpath()], |config| {
+        config.names.additional = vec![GO_PROVISIONER.to_owned()];
+        config
+            .adopt_volumes
+            .insert(GO_PROVISIONER.to_owned(), "hostpath-adopted".to_owned());
+    })
+    .await;
+    let root = c.volumes_dir.path().display().to_string();
+    // The operator recreated the Go provisioner's class with a plugin...
+    c.class(
+        "recreated",
+        &[("plugin", "hostpath"), ("hostRoot", &root)],
+        serde_json::json!({"provisioner": GO_PROVISIONER}),
+    )
+    .await;
+    // ...and maps volumes whose class is gone to a class of this host.
+    c.hostpath_class("hostpath-adopted", serde_json::json!({}))
+        .await;
+    // Volumes the Go provisioner made and saved before it was stopped: one
+    // in the recreated class, one in a class deleted since.
+    for (claim, class) in [("go-a", "recreated"), ("go-b", "example-hostpath")] {
+        let pv_name = format!("pvc-{claim}");
+        let dir = c.volumes_dir.path().join(&pv_name);
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("data"), "written through the Go provisioner").unwrap();
+        let pv: PersistentVolume = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "PersistentVolume",
+            "metadata": {"name": pv_name, "annotations": {
+                "pv.kubernetes.io/provisioned-by": GO_PROVISIONER,
+                "hostPathProvisionerIdentity": NODE}},
+            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                "persistentVolumeReclaimPolicy": "Delete", "storageClassName": class,
+                "hostPath": {"path": dir.display().to_string()},
+                "claimRef": {"namespace": "default", "name": claim}},
+        }))
+        .unwrap();
+        c.volumes()
+            .create(&PostParams::default(), &pv)
+            .await
+            .unwrap();
+        c.claim(claim, class, serde_json::json!({"volumeName": pv_name}))
+            .await;
+        c.bound_volume(claim).await;
+    }
+    for claim in ["go-a", "go-b"] {
+        c.claims()
+            .delete(claim, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    let volumes = c.volumes();
+    eventually("the adopted volumes and their storage are gone", || async {
+        let left = volumes.list(&ListParams::default()).await.ok()?.items;
+        let dirs = std::fs::read_dir(c.volumes_dir.path()).ok()?.count();
+        (left.is_empty() && dirs == 0).then_some(())
+    })
+    .await;
 }
 
 async fn a_claim_waits_for_its_missing_class_then_gets_provisioned(server: Server) {
@@ -878,7 +944,9 @@ async fn with_leader_election_only_the_leader_provisions_and_a_standby_takes_ove
         m.encode()
             .lines()
             .find_map(|l| {
-                l.strip_prefix("controller_persistentvolumeclaim_provision_total{class=\"fast\"} ")
+                l.strip_prefix(
+                    "controller_persistentvolumeclaim_provision_total{class=\"fast\",source=\"\"} ",
+                )
             })
             .map_or(0, |n| n.parse::<u64>().unwrap())
     };

@@ -116,7 +116,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
         ops.metrics.clone(),
     )
     .await?;
-    let mut config = args.lifecycle.config();
+    let mut config = args.lifecycle.config()?;
     config.retry_base = Duration::from_millis(500);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     // The lifecycle keeps to --kube-api-qps/--kube-api-burst, as in `run`.

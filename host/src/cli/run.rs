@@ -30,6 +30,12 @@ pub struct LifecycleArgs {
     /// the classes of a provisioner it replaces.
     #[arg(long, value_delimiter = ',', env = "WASMPROV_EXTRA_PROVISIONER_NAMES")]
     pub extra_provisioner_names: Vec<String>,
+    /// For a provisioner this host replaces (one of its names): the
+    /// StorageClass whose plugin and parameters delete the volumes that
+    /// provisioner made, when their own class names no plugin (it is gone,
+    /// or still the old provisioner's), as NAME=CLASS, comma-separated.
+    #[arg(long, value_delimiter = ',', value_name = "NAME=CLASS", value_parser = parse_adoption, env = "WASMPROV_ADOPT_VOLUMES")]
+    pub adopt_volumes: Vec<(String, String)>,
     /// Claims and volumes processed at once.
     #[arg(long, default_value_t = 4, env = "WASMPROV_WORKERS")]
     pub workers: u16,
@@ -85,12 +91,22 @@ pub struct LifecycleArgs {
 }
 
 impl LifecycleArgs {
-    pub fn config(&self) -> lifecycle::Config {
+    /// The lifecycle's configuration, or what is inconsistent between flags.
+    pub fn config(&self) -> anyhow::Result<lifecycle::Config> {
         let mut config = lifecycle::Config::new(self.provisioner_name.clone());
         config.names = Names {
             primary: self.provisioner_name.clone(),
             additional: self.extra_provisioner_names.clone(),
         };
+        for (name, class) in &self.adopt_volumes {
+            if !config.names.contains(name) {
+                anyhow::bail!(
+                    "--adopt-volumes {name}={class}: {name} is not a name this host serves, so its \
+                     volumes are never this host's; add it to --extra-provisioner-names"
+                );
+            }
+            config.adopt_volumes.insert(name.clone(), class.clone());
+        }
         config.workers = self.workers.max(1);
         config.add_finalizer = self.add_finalizer;
         config.claim_finalizer = self.claim_finalizer;
@@ -99,7 +115,7 @@ impl LifecycleArgs {
         config.resync = self.resync_period;
         config.save_attempts = self.save_attempts;
         config.save_retry_interval = self.save_retry_interval;
-        config
+        Ok(config)
     }
 
     /// The client-side rate limit of `--kube-api-qps`/`--kube-api-burst`.
@@ -108,6 +124,18 @@ impl LifecycleArgs {
             qps: self.kube_api_qps,
             burst: self.kube_api_burst,
         }
+    }
+}
+
+/// `--adopt-volumes NAME=CLASS`.
+fn parse_adoption(value: &str) -> Result<(String, String), String> {
+    match value.split_once('=') {
+        Some((name, class)) if !name.is_empty() && !class.is_empty() => {
+            Ok((name.to_owned(), class.to_owned()))
+        }
+        _ => Err(format!(
+            "{value:?} is not NAME=CLASS, e.g. example.com/hostpath=hostpath"
+        )),
     }
 }
 
@@ -227,6 +255,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     if args.leader_election {
         check_lease_timings(&args)?;
     }
+    let config = args.lifecycle.config()?;
     let kube_config = match &args.kubeconfig {
         Some(path) => {
             // Read it here: kube's own error repeats its cause and quotes the path twice.
@@ -251,7 +280,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let ops = Arc::new(Ops::default());
     let listener = ops::bind(args.metrics_address).await?;
     let server = tokio::spawn(ops::serve(listener, ops.clone()));
-    let config = args.lifecycle.config();
     // Every replica loads plugins, leader or not, so a takeover is immediate.
     let configmaps = args.plugin_configmaps.then(|| delivery::ConfigMapsSource {
         // Not rate limited: a list, a watch, and an event per new version.

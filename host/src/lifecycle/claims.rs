@@ -256,7 +256,7 @@ async fn provision<P: Provisioner>(
         )
         .await;
     let started = Instant::now();
-    let class_label = Metrics::class(&class.metadata.name.clone().unwrap_or_default());
+    let class_label = Metrics::provision_labels(claim);
     let opts = ProvisionOptions {
         pv_name: pv_name.clone(),
         claim: claim.clone(),

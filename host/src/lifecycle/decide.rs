@@ -2,6 +2,8 @@
 //! what they depend on, so every rule is tested by table (the Go library's
 //! `shouldProvision` and `shouldDelete`).
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 
@@ -183,9 +185,11 @@ pub fn claim(
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum VolumeDecision {
     Ignore,
-    /// Delete its storage with this plugin, then the volume itself.
+    /// Delete its storage with this plugin, then the volume itself. No
+    /// plugin: a volume no plugin of ours made (a replaced provisioner's),
+    /// to route with [`adoption`].
     Delete {
-        plugin: String,
+        plugin: Option<String>,
     },
     /// Ours, reclaimed by deletion, and `--add-finalizer` is on: hold the
     /// object with our finalizer (a volume made before it was turned on).
@@ -205,10 +209,7 @@ pub enum VolumeDecision {
 /// finalizer is kept exactly on our Delete volumes while `add_finalizer`.
 pub fn volume(pv: &PersistentVolume, names: &Names, add_finalizer: bool) -> VolumeDecision {
     let ann = pv.metadata.annotations.as_ref();
-    let ours = ann
-        .and_then(|a| a.get(annotations::PROVISIONED_BY))
-        .is_some_and(|p| names.contains(p));
-    if !ours {
+    if provisioned_by(pv, names).is_none() {
         return VolumeDecision::Ignore;
     }
     let reclaim_delete = pv
@@ -224,13 +225,12 @@ pub fn volume(pv: &PersistentVolume, names: &Names, add_finalizer: bool) -> Volu
         .iter()
         .flatten()
         .any(|f| f == keys::PV_FINALIZER);
-    let plugin = ann.and_then(|a| a.get(annotations::PLUGIN));
-    if let Some(plugin) = plugin.filter(|_| reclaim_delete && released) {
+    if reclaim_delete && released {
         if deleting && !has_finalizer {
             return VolumeDecision::Ignore;
         }
         return VolumeDecision::Delete {
-            plugin: plugin.clone(),
+            plugin: ann.and_then(|a| a.get(annotations::PLUGIN)).cloned(),
         };
     }
     if has_finalizer && (!reclaim_delete || (!add_finalizer && !deleting)) {
@@ -240,6 +240,78 @@ pub fn volume(pv: &PersistentVolume, names: &Names, add_finalizer: bool) -> Volu
         return VolumeDecision::AddFinalizer;
     }
     VolumeDecision::Ignore
+}
+
+/// Which of our names the volume was provisioned by, as the Go library's
+/// `shouldDelete` reads it: `pv.kubernetes.io/provisioned-by`, or
+/// `pv.kubernetes.io/migrated-to` for a volume handed over by CSI migration.
+pub fn provisioned_by<'a>(pv: &'a PersistentVolume, names: &Names) -> Option<&'a str> {
+    let ann = pv.metadata.annotations.as_ref()?;
+    [annotations::PROVISIONED_BY, annotations::MIGRATED_TO]
+        .iter()
+        .filter_map(|key| ann.get(*key))
+        .find(|name| names.contains(name))
+        .map(String::as_str)
+}
+
+/// How a volume that no plugin of ours made is deleted: by the plugin of
+/// the class that names it, with that class's parameters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Adoption {
+    pub plugin: String,
+    /// The class whose plugin and parameters are used.
+    pub class: String,
+    /// The parameters the plugin gets (the class's, without `plugin`).
+    pub parameters: BTreeMap<String, String>,
+}
+
+/// Routes a volume a replaced provisioner made (it carries one of our names
+/// but no `wasmprov.io/plugin`): to its own class when that class names a
+/// plugin (the operator recreated it for this host), else to the class the
+/// operator mapped its provisioner to (`--adopt-volumes NAME=CLASS`). The
+/// error says which of the two to set up.
+pub fn adoption(
+    pv: &PersistentVolume,
+    names: &Names,
+    adopt: &BTreeMap<String, String>,
+    class: impl Fn(&str) -> Option<std::sync::Arc<StorageClass>>,
+) -> Result<Adoption, String> {
+    let name = pv.metadata.name.as_deref().unwrap_or_default();
+    let provisioner = provisioned_by(pv, names).unwrap_or_default();
+    let own = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.storage_class_name.as_deref())
+        .filter(|c| !c.is_empty());
+    let with_plugin = |class_name: &str| {
+        let class = class(class_name)?;
+        let mut parameters = class.parameters.clone().unwrap_or_default();
+        let plugin = parameters.remove(PLUGIN_PARAMETER)?;
+        Some(Adoption {
+            plugin,
+            class: class_name.to_owned(),
+            parameters,
+        })
+    };
+    if let Some(found) = own.and_then(with_plugin) {
+        return Ok(found);
+    }
+    if let Some(mapped) = adopt.get(provisioner) {
+        return with_plugin(mapped).ok_or_else(|| {
+            format!(
+                "volume {name} was made by {provisioner}, which --adopt-volumes maps to StorageClass {mapped:?}, \
+                 but that class does not exist or has no \"plugin\" parameter; create it with the plugin and \
+                 parameters that can delete this volume's storage"
+            )
+        });
+    }
+    Err(format!(
+        "volume {name} was made by {provisioner} before this host served that name, and no plugin is \
+         known to delete its storage: give its StorageClass {} a \"plugin\" parameter (recreate the \
+         class), or map the provisioner to a class that has one with \
+         --adopt-volumes {provisioner}=<class>",
+        own.map_or_else(|| "(none)".to_owned(), |c| format!("{c:?}"))
+    ))
 }
 
 #[cfg(test)]
@@ -516,10 +588,67 @@ mod tests {
     }
 
     #[test]
+    fn a_replaced_provisioners_volume_goes_to_its_class_plugin_or_the_mapped_one() {
+        let class = |name: &str, params: serde_json::Value| -> std::sync::Arc<StorageClass> {
+            std::sync::Arc::new(
+                serde_json::from_value(json!({"metadata": {"name": name},
+                    "provisioner": "example.com/legacy", "parameters": params}))
+                .unwrap(),
+            )
+        };
+        let classes = [
+            class(
+                "recreated",
+                json!({"plugin": "hostpath", "hostRoot": "/srv"}),
+            ),
+            class("go-only", json!({"pvDir": "/srv"})),
+            class(
+                "mapped",
+                json!({"plugin": "hostpath", "hostRoot": "/mapped"}),
+            ),
+        ];
+        let lookup = |n: &str| {
+            classes
+                .iter()
+                .find(|c| c.metadata.name.as_deref() == Some(n))
+                .cloned()
+        };
+        let legacy = |class: &str| {
+            pv(json!({"metadata": {"annotations": {
+                "pv.kubernetes.io/provisioned-by": "example.com/legacy", "wasmprov.io/plugin": null}},
+                "spec": {"storageClassName": class}}))
+        };
+        let none = BTreeMap::new();
+        let map = BTreeMap::from([("example.com/legacy".to_owned(), "mapped".to_owned())]);
+
+        let by_class = adoption(&legacy("recreated"), &names(), &none, lookup).unwrap();
+        assert_eq!(
+            (by_class.plugin.as_str(), by_class.class.as_str()),
+            ("hostpath", "recreated")
+        );
+        assert_eq!(
+            by_class.parameters,
+            BTreeMap::from([("hostRoot".into(), "/srv".into())])
+        );
+        for own in ["go-only", "deleted"] {
+            let mapped = adoption(&legacy(own), &names(), &map, lookup).unwrap();
+            assert_eq!(mapped.class, "mapped", "{own}");
+            let err = adoption(&legacy(own), &names(), &none, lookup).unwrap_err();
+            assert!(
+                err.contains("--adopt-volumes example.com/legacy=<class>"),
+                "{err}"
+            );
+        }
+        let wrong = BTreeMap::from([("example.com/legacy".to_owned(), "go-only".to_owned())]);
+        let err = adoption(&legacy("deleted"), &names(), &wrong, lookup).unwrap_err();
+        assert!(err.contains("maps to StorageClass \"go-only\""), "{err}");
+    }
+
+    #[test]
     fn volumes_are_deleted_only_when_released_ours_and_reclaim_delete() {
         use VolumeDecision::*;
         let del = || Delete {
-            plugin: "hostpath".into(),
+            plugin: Some("hostpath".into()),
         };
         let cases = vec![
             ("delete a released volume we made", pv(json!({})), del()),
@@ -541,9 +670,16 @@ mod tests {
                 Ignore,
             ),
             (
-                "ignore a volume without a recorded plugin",
+                "delete a volume without a recorded plugin (a replaced provisioner's) by adoption",
                 pv(json!({"metadata": {"annotations": {"wasmprov.io/plugin": null}}})),
-                Ignore,
+                Delete { plugin: None },
+            ),
+            (
+                "delete a volume migrated to one of our names",
+                pv(json!({"metadata": {"annotations": {
+                    "pv.kubernetes.io/provisioned-by": "kubernetes.io/in-tree",
+                    "pv.kubernetes.io/migrated-to": "example.com/legacy"}}})),
+                del(),
             ),
             (
                 "delete a released volume being deleted while it carries our finalizer",

@@ -38,6 +38,10 @@ pub use throttle::ApiLimits;
 #[derive(Debug, Clone)]
 pub struct Config {
     pub names: Names,
+    /// For volumes a replaced provisioner made under one of our names whose
+    /// own class names no plugin: that provisioner name → the StorageClass
+    /// whose plugin and parameters delete them (`--adopt-volumes`).
+    pub adopt_volumes: std::collections::BTreeMap<String, String>,
     /// Claims (and volumes) reconciled at once (the Go library's `Threadiness`).
     pub workers: u16,
     /// Add `external-provisioner.volume.kubernetes.io/finalizer` to volumes.
@@ -77,6 +81,7 @@ impl Config {
                 primary: provisioner_name.into(),
                 additional: Vec::new(),
             },
+            adopt_volumes: Default::default(),
             workers: 4,
             add_finalizer: false,
             claim_finalizer: false,

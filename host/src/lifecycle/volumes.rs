@@ -7,6 +7,7 @@ use std::time::Instant;
 use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::api::DeleteParams;
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 
 use super::decide::{self, keys, VolumeDecision};
@@ -14,7 +15,7 @@ use super::finalizers;
 use super::reasons::VOLUME_FAILED_DELETE;
 use super::{AfterFailure, Context, Error};
 use crate::metrics::Metrics;
-use crate::provisioner::{DeleteState, Provisioner};
+use crate::provisioner::{annotations, DeleteState, Provisioner};
 
 pub(super) async fn reconcile<P: Provisioner>(
     pv: Arc<PersistentVolume>,
@@ -39,6 +40,25 @@ pub(super) async fn reconcile<P: Provisioner>(
         tracing::debug!(volume = %name, "gave up deleting; waiting for a change");
         return Ok(Action::await_change());
     }
+    // A volume a replaced provisioner made: the plugin and parameters come
+    // from a class, given to the plugin as if recorded, never written.
+    let (plugin, pv) = match plugin {
+        Some(plugin) => (plugin, pv),
+        None => match adopt(&pv, &ctx) {
+            Ok(adopted) => adopted,
+            Err(message) => {
+                ctx.events
+                    .warning(
+                        &pv.object_ref(&()),
+                        VOLUME_FAILED_DELETE,
+                        "Deleting",
+                        message.clone(),
+                    )
+                    .await;
+                return Ok(after_failure(&pv, &ctx, &message).await);
+            }
+        },
+    };
     let class_label = Metrics::class(
         pv.spec
             .as_ref()
@@ -82,6 +102,26 @@ pub(super) async fn reconcile<P: Provisioner>(
         .observe(started.elapsed().as_secs_f64());
     tracing::info!(volume = %name, plugin, "deleted volume and its storage");
     Ok(Action::await_change())
+}
+
+/// The plugin that deletes an adopted volume, and the volume as it would
+/// look had that plugin made it with its class's parameters.
+fn adopt<P>(
+    pv: &PersistentVolume,
+    ctx: &Context<P>,
+) -> Result<(String, Arc<PersistentVolume>), String> {
+    let class = |name: &str| ctx.classes.get(&ObjectRef::new(name));
+    let adoption = decide::adoption(pv, &ctx.config.names, &ctx.config.adopt_volumes, class)?;
+    let parameters = serde_json::to_string(&adoption.parameters).map_err(|e| e.to_string())?;
+    let mut as_made = pv.clone();
+    let annotations = as_made
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default);
+    annotations.insert(annotations::PLUGIN.to_owned(), adoption.plugin.clone());
+    annotations.insert(annotations::PARAMETERS.to_owned(), parameters);
+    tracing::info!(volume = %pv.name_any(), plugin = %adoption.plugin, class = %adoption.class, "deleting a volume made by a replaced provisioner (adopted)");
+    Ok((adoption.plugin, Arc::new(as_made)))
 }
 
 pub(super) fn error_policy<P: Provisioner>(
