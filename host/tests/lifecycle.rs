@@ -1700,6 +1700,23 @@ async fn the_hosts_own_claim_writes_do_not_cut_a_backoff_short(server: Server) {
             .then_some(())
     })
     .await;
+    // On the simulator, the writes to claims and events are counted too.
+    let writes = || match &c.api {
+        TestApi::Simulated(sim) => sim
+            .requests()
+            .iter()
+            .filter(|r| {
+                matches!(r.verb.as_str(), "create" | "update" | "patch" | "delete")
+                    && matches!(r.resource.as_str(), "persistentvolumeclaims" | "events")
+            })
+            .count(),
+        TestApi::Real(_) => 0,
+    };
+    let (writes_before, calls_before) = (
+        writes(),
+        plugin_calls(&c.metrics, "failing", "provision")
+            + plugin_calls(&c.metrics, "invalid", "provision"),
+    );
     tokio::time::sleep(Duration::from_secs(6)).await;
     let failing = plugin_calls(&c.metrics, "failing", "provision");
     let invalid = plugin_calls(&c.metrics, "invalid", "provision");
@@ -1708,6 +1725,14 @@ async fn the_hosts_own_claim_writes_do_not_cut_a_backoff_short(server: Server) {
         "a failing claim is tried at 0, 1 and 3 s: {failing} calls in its first 6 s"
     );
     assert_eq!(invalid, 1, "an invalid-argument claim waits minutes");
+    // Each attempt writes the claim twice (its finalizer on and off) and
+    // two events (Provisioning, ProvisioningFailed): nothing more.
+    let calls = failing + invalid - calls_before;
+    let written = writes() - writes_before;
+    assert!(
+        written <= 4 * calls as usize,
+        "{written} writes to claims and events for {calls} attempts"
+    );
     // The finalizer came off after each attempt: no claim is left held.
     for name in ["fails", "refused"] {
         let claim = c.claims().get(name).await.unwrap();
