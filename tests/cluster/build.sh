@@ -2,7 +2,8 @@
 # Builds a real Kubernetes control plane from source through the Go module
 # proxy: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, and
 # the kubectl of the same release (the kubectl on PATH may be several minor
-# versions older than the server, and says so on every call).
+# versions older than the server, and says so on every call); and the Go
+# provisioner the benchmarks compare wasmprov with (tests/go-peer).
 #
 #   tests/cluster/build.sh            # prints the bin directory on stdout
 #
@@ -121,6 +122,24 @@ build_kubernetes() {
     say "Kubernetes built in $((SECONDS - t0)) s"
 }
 
+# The Go provisioner wasmprov is benchmarked against (tests/go-peer, on
+# sig-storage-lib-external-provisioner): rebuilt when its sources change.
+build_go_peer() {
+    local src=$root/tests/go-peer stamp=$bin/hostpath-peer.sources digest
+    digest=$(cat "$src/go.mod" "$src/go.sum" "$src"/*.go | sha256sum | cut -d' ' -f1)
+    [[ -x $bin/hostpath-peer && -f $stamp && $(cat "$stamp") == "$digest" ]] && return
+    say "hostpath-peer (the Go library's hostpath provisioner): building"
+    local t0=$SECONDS
+    (
+        cd "$src"
+        # Its go.sum is committed: no module is resolved anew.
+        GOFLAGS=-mod=readonly step go-peer go build -trimpath -ldflags="-s -w" -o "$bin/hostpath-peer" .
+    )
+    echo "$digest" > "$stamp"
+    say "hostpath-peer built in $((SECONDS - t0)) s"
+}
+
 build_etcd
 build_kubernetes
+build_go_peer
 echo "$bin"
