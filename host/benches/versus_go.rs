@@ -1,0 +1,563 @@
+//! wasmprov against the Go library, on one real control plane:
+//!
+//! ```sh
+//! bash plugins/build.sh --rust-only
+//! cargo bench -p wasmprov --bench versus_go
+//! ```
+//!
+//! One control plane (tests/cluster) serves every contender in turn, each
+//! under its own provisioner name, namespace and ServiceAccount: the Go
+//! library's hostpath provisioner (tests/go-peer) with client-go's default
+//! API limits (what its example ships with) and with wasmprov's limits, and
+//! `wasmprov run` with the hostpath plugin, without and with
+//! `--claim-finalizer`. Each gets the same burst: `BENCH_CLAIMS` claims
+//! (default 1,000; a tenth for the default-limits peer, which needs minutes
+//! per hundred) over 10 StorageClasses, all created at once; then all are
+//! deleted. Reported per contender: claims/s to Bound, claim→Bound
+//! p50/p99/max, delete→volume gone p50/p99, API requests per claim (the API
+//! server's audit log, by the contender's user), CPU seconds and peak RSS
+//! of its process; and ratios against the Go library at equal limits, from
+//! the same run.
+//!
+//! Not yet measured here (issue #12 asks for them): the 200 claims/s
+//! stream, wasmprov with a native provider, the 100-class and
+//! 10,000-volume scale runs, and the chart.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{
+    Namespace, Node, PersistentVolume, PersistentVolumeClaim, ServiceAccount,
+};
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::{DeleteParams, PostParams};
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
+use test_cluster::{Cluster, Options};
+
+const CLASSES: usize = 10;
+const NODE: &str = "bench-node";
+/// The API limits wasmprov is run with, and the Go peer "at equal limits".
+const QPS: u32 = 200;
+const BURST: u32 = 400;
+/// Claims created at once by the benchmark's own client.
+const CREATORS: usize = 32;
+const TIMEOUT: Duration = Duration::from_secs(30 * 60);
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Go,
+    Wasmprov { claim_finalizer: bool },
+}
+
+struct Contender {
+    name: &'static str,
+    kind: Kind,
+    qps: u32,
+    burst: u32,
+    /// Fraction of BENCH_CLAIMS it gets.
+    share: usize,
+}
+
+#[derive(Default)]
+struct Figures {
+    claims: usize,
+    claims_per_s: f64,
+    bound: Vec<Duration>,
+    gone: Vec<Duration>,
+    requests_per_claim: f64,
+    cpu_s: f64,
+    peak_rss_mib: f64,
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(run());
+}
+
+async fn run() {
+    let claims: usize = std::env::var("BENCH_CLAIMS")
+        .ok()
+        .map(|v| v.parse().expect("BENCH_CLAIMS is a number"))
+        .unwrap_or(1000);
+    let root = workspace_root();
+    let plugin = root.join("target/plugins/hostpath.wasm");
+    assert!(
+        plugin.is_file(),
+        "{} is missing: run `bash plugins/build.sh --rust-only` first",
+        plugin.display()
+    );
+    let bin = test_cluster::binaries().unwrap_or_else(|e| panic!("{e}"));
+    let cluster = tokio::task::spawn_blocking(|| {
+        Cluster::start(Options {
+            audit: true,
+            ..Options::default()
+        })
+    })
+    .await
+    .unwrap()
+    .unwrap_or_else(|e| panic!("{e}"));
+    let client = cluster.client().await.unwrap();
+    create(
+        &Api::<Node>::all(client.clone()),
+        serde_json::json!({"metadata": {"name": NODE, "labels": {"kubernetes.io/hostname": NODE}}}),
+    )
+    .await;
+    let work = tempfile::tempdir().unwrap();
+    let contenders = [
+        Contender {
+            name: "go-library, client-go defaults",
+            kind: Kind::Go,
+            qps: 5,
+            burst: 10,
+            share: 10,
+        },
+        Contender {
+            name: "go-library, equal limits",
+            kind: Kind::Go,
+            qps: QPS,
+            burst: BURST,
+            share: 1,
+        },
+        Contender {
+            name: "wasmprov",
+            kind: Kind::Wasmprov {
+                claim_finalizer: false,
+            },
+            qps: QPS,
+            burst: BURST,
+            share: 1,
+        },
+        Contender {
+            name: "wasmprov --claim-finalizer",
+            kind: Kind::Wasmprov {
+                claim_finalizer: true,
+            },
+            qps: QPS,
+            burst: BURST,
+            share: 1,
+        },
+    ];
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "versus_go: {claims} claims over {CLASSES} classes per contender; load average before: {}",
+        load.trim()
+    );
+    let mut results = Vec::new();
+    for (i, c) in contenders.iter().enumerate() {
+        let n = (claims / c.share).max(10);
+        let figures = measure(&cluster, &client, &bin, &plugin, work.path(), i, c, n).await;
+        results.push((c, figures));
+    }
+    print_table(&results);
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn measure(
+    cluster: &Cluster,
+    client: &Client,
+    bin: &Path,
+    plugin: &Path,
+    work: &Path,
+    index: usize,
+    contender: &Contender,
+    claims: usize,
+) -> Figures {
+    let ns = format!("bench-{index}");
+    let provisioner = format!("bench-{index}.example.com/hostpath");
+    let volumes_dir = work.join(&ns);
+    std::fs::create_dir_all(&volumes_dir).unwrap();
+    create(
+        &Api::<Namespace>::all(client.clone()),
+        serde_json::json!({"metadata": {"name": ns}}),
+    )
+    .await;
+    create(
+        &Api::<ServiceAccount>::namespaced(client.clone(), &ns),
+        serde_json::json!({"metadata": {"name": "provisioner"}}),
+    )
+    .await;
+    create(
+        &Api::<ClusterRoleBinding>::all(client.clone()),
+        serde_json::json!({"metadata": {"name": ns},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+            "subjects": [{"kind": "ServiceAccount", "name": "provisioner", "namespace": ns}]}),
+    )
+    .await;
+    let user = format!("system:serviceaccount:{ns}:provisioner");
+    let token = cluster
+        .service_account_token(&ns, "provisioner")
+        .await
+        .unwrap();
+    let kubeconfig = work.join(format!("{ns}.kubeconfig"));
+    std::fs::write(&kubeconfig, cluster.kubeconfig_with_token(&token)).unwrap();
+    let root = volumes_dir.display().to_string();
+    for c in 0..CLASSES {
+        let parameters = match contender.kind {
+            Kind::Go => serde_json::json!({}),
+            Kind::Wasmprov { .. } => serde_json::json!({"plugin": "hostpath", "hostRoot": root}),
+        };
+        create(
+            &Api::<StorageClass>::all(client.clone()),
+            serde_json::json!({"metadata": {"name": format!("{ns}-{c}")},
+                "provisioner": provisioner, "parameters": parameters,
+                "reclaimPolicy": "Delete", "volumeBindingMode": "Immediate"}),
+        )
+        .await;
+    }
+    let mut process = Process(spawn(
+        contender,
+        bin,
+        plugin,
+        work,
+        &ns,
+        &provisioner,
+        &kubeconfig,
+        &volumes_dir,
+    ));
+    let claims_api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    // Ready: a first claim is Bound (not counted).
+    let tracker = Tracker::watch(client.clone(), &ns);
+    create_claim(&claims_api, "warmup", &format!("{ns}-0")).await;
+    tracker.wait_bound(1, TIMEOUT).await;
+    let (cpu0, requests0) = (cpu_seconds(process.0.id()), requests_of(cluster, &user));
+
+    let started = Instant::now();
+    let names: Vec<String> = (0..claims).map(|i| format!("claim-{i:05}")).collect();
+    let created: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    futures::stream::iter(names.iter().enumerate())
+        .for_each_concurrent(CREATORS, |(i, name)| {
+            let (api, created, ns) = (claims_api.clone(), created.clone(), ns.clone());
+            async move {
+                let at = Instant::now();
+                create_claim(&api, name, &format!("{ns}-{}", i % CLASSES)).await;
+                created.lock().unwrap().insert(name.clone(), at);
+            }
+        })
+        .await;
+    tracker.wait_bound(claims + 1, TIMEOUT).await;
+    let bound_at = tracker.bound.lock().unwrap().clone();
+    let created = created.lock().unwrap().clone();
+    let mut bound: Vec<Duration> = names.iter().map(|n| bound_at[n] - created[n]).collect();
+    bound.sort();
+    let last = names.iter().map(|n| bound_at[n]).max().unwrap();
+
+    // Delete every claim; a volume is gone when its object is.
+    let volume_of: HashMap<String, String> = tracker.volumes.lock().unwrap().clone();
+    let deleted: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    futures::stream::iter(names.iter())
+        .for_each_concurrent(CREATORS, |name| {
+            let (api, deleted, volume_of) = (claims_api.clone(), deleted.clone(), &volume_of);
+            async move {
+                api.delete(name, &DeleteParams::default()).await.unwrap();
+                deleted
+                    .lock()
+                    .unwrap()
+                    .insert(volume_of[name].clone(), Instant::now());
+            }
+        })
+        .await;
+    let volumes: Api<PersistentVolume> = Api::all(client.clone());
+    let names_deleted: Vec<String> = deleted.lock().unwrap().keys().cloned().collect();
+    let gone_at = wait_gone(&volumes, names_deleted).await;
+    let deleted = deleted.lock().unwrap().clone();
+    let mut gone: Vec<Duration> = gone_at
+        .iter()
+        .map(|(pv, at)| at.saturating_duration_since(deleted[pv]))
+        .collect();
+    gone.sort();
+    let cpu = cpu_seconds(process.0.id()) - cpu0;
+    let requests = requests_of(cluster, &user) - requests0;
+    let peak_rss_mib = peak_rss_kib(process.0.id()) as f64 / 1024.0;
+    process.stop();
+    Figures {
+        claims,
+        claims_per_s: claims as f64 / (last - started).as_secs_f64(),
+        bound,
+        gone,
+        requests_per_claim: requests as f64 / claims as f64,
+        cpu_s: cpu,
+        peak_rss_mib,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn spawn(
+    contender: &Contender,
+    bin: &Path,
+    plugin: &Path,
+    work: &Path,
+    ns: &str,
+    provisioner: &str,
+    kubeconfig: &Path,
+    volumes_dir: &Path,
+) -> Child {
+    let log = std::fs::File::create(work.join(format!("{ns}.log"))).unwrap();
+    let mut command = match contender.kind {
+        Kind::Go => {
+            let mut c = Command::new(bin.join("hostpath-peer"));
+            c.arg("--root").arg(volumes_dir).args(["--node", NODE]);
+            c
+        }
+        Kind::Wasmprov { claim_finalizer } => {
+            let plugins = work.join(format!("{ns}-plugins"));
+            std::fs::create_dir_all(&plugins).unwrap();
+            std::fs::copy(plugin, plugins.join("hostpath.wasm")).unwrap();
+            let policy = work.join(format!("{ns}-policy.yaml"));
+            std::fs::write(
+                &policy,
+                format!(
+                    "plugins:\n  hostpath:\n    maxConcurrentCalls: 16\n    \
+                     preopens: [{{host: {dir}, guest: /volumes, mode: read-write}}]\n    \
+                     output: {{sources: [hostPath], paths: [{dir}]}}\n",
+                    dir = volumes_dir.display()
+                ),
+            )
+            .unwrap();
+            let mut c = Command::new(env!("CARGO_BIN_EXE_wasmprov"));
+            c.arg("run")
+                .arg("--plugins-dir")
+                .arg(&plugins)
+                .arg("--policy")
+                .arg(&policy)
+                .args(["--leader-election", "false"])
+                .args(["--metrics-address", "127.0.0.1:0", "--log", "warn"]);
+            if claim_finalizer {
+                c.arg("--claim-finalizer");
+            }
+            c
+        }
+    };
+    command
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .arg("--provisioner-name")
+        .arg(provisioner)
+        .arg("--kube-api-qps")
+        .arg(contender.qps.to_string())
+        .arg("--kube-api-burst")
+        .arg(contender.burst.to_string())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {}: {e}", contender.name))
+}
+
+/// The contender's process; killed when dropped.
+struct Process(Child);
+
+impl Process {
+    fn stop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// When each claim of a namespace was first seen Bound, and its volume.
+struct Tracker {
+    bound: Arc<Mutex<HashMap<String, Instant>>>,
+    volumes: Arc<Mutex<HashMap<String, String>>>,
+    _task: tokio::task::JoinHandle<()>,
+}
+
+impl Tracker {
+    fn watch(client: Client, ns: &str) -> Self {
+        let api: Api<PersistentVolumeClaim> = Api::namespaced(client, ns);
+        let bound: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+        let volumes: Arc<Mutex<HashMap<String, String>>> = Arc::default();
+        let (b, v) = (bound.clone(), volumes.clone());
+        let task = tokio::spawn(async move {
+            let mut events = watcher(api, watcher::Config::default()).boxed();
+            while let Ok(Some(event)) = events.try_next().await {
+                let claims = match event {
+                    watcher::Event::Apply(c) | watcher::Event::InitApply(c) => vec![c],
+                    _ => continue,
+                };
+                for c in claims {
+                    let phase = c.status.as_ref().and_then(|s| s.phase.as_deref());
+                    if phase == Some("Bound") {
+                        let name = c.name_any();
+                        b.lock()
+                            .unwrap()
+                            .entry(name.clone())
+                            .or_insert_with(Instant::now);
+                        if let Some(pv) = c.spec.as_ref().and_then(|s| s.volume_name.clone()) {
+                            v.lock().unwrap().insert(name, pv);
+                        }
+                    }
+                }
+            }
+        });
+        Self {
+            bound,
+            volumes,
+            _task: task,
+        }
+    }
+
+    async fn wait_bound(&self, n: usize, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        while self.bound.lock().unwrap().len() < n {
+            assert!(
+                Instant::now() < deadline,
+                "timed out: not every claim bound"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// When each of `names` stopped existing.
+async fn wait_gone(api: &Api<PersistentVolume>, names: Vec<String>) -> HashMap<String, Instant> {
+    let mut left: std::collections::HashSet<String> = names.into_iter().collect();
+    let mut gone = HashMap::new();
+    let deadline = Instant::now() + TIMEOUT;
+    while !left.is_empty() {
+        assert!(Instant::now() < deadline, "timed out: volumes not deleted");
+        let present: std::collections::HashSet<String> = api
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .map(|pv| pv.name_any())
+            .collect();
+        let now = Instant::now();
+        left.retain(|pv| {
+            let still = present.contains(pv);
+            if !still {
+                gone.insert(pv.clone(), now);
+            }
+            still
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    gone
+}
+
+async fn create<K>(api: &Api<K>, json: serde_json::Value)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let object: K = serde_json::from_value(json).unwrap();
+    api.create(&PostParams::default(), &object).await.unwrap();
+}
+
+async fn create_claim(api: &Api<PersistentVolumeClaim>, name: &str, class: &str) {
+    create(
+        api,
+        serde_json::json!({"metadata": {"name": name},
+            "spec": {"storageClassName": class, "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "1Gi"}}}}),
+    )
+    .await;
+}
+
+fn requests_of(cluster: &Cluster, user: &str) -> usize {
+    cluster
+        .audit_events()
+        .iter()
+        .filter(|e| e.user == user)
+        .count()
+}
+
+/// User + system CPU of a process, in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command (which may hold spaces) start past ')'.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 of stat (11 and 12 past ')'),
+    // in clock ticks: Linux's USER_HZ, 100 on every architecture it runs on.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// The peak resident set of a process (VmHWM), in KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+fn print_table(results: &[(&Contender, Figures)]) {
+    let reference = results
+        .iter()
+        .find(|(c, _)| c.name == "go-library, equal limits")
+        .map(|(_, f)| f);
+    println!(
+        "\n| contender | API limits | claims | claims/s to Bound | claim→Bound p50 / p99 / max | delete→gone p50 / p99 | API requests per claim | CPU s | peak RSS |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for (c, f) in results {
+        println!(
+            "| {} | {}/{} | {} | {:.1} | {:.2?} / {:.2?} / {:.2?} | {:.2?} / {:.2?} | {:.1} | {:.1} | {:.0} MiB |",
+            c.name,
+            c.qps,
+            c.burst,
+            f.claims,
+            f.claims_per_s,
+            percentile(&f.bound, 0.5),
+            percentile(&f.bound, 0.99),
+            f.bound.last().copied().unwrap_or_default(),
+            percentile(&f.gone, 0.5),
+            percentile(&f.gone, 0.99),
+            f.requests_per_claim,
+            f.cpu_s,
+            f.peak_rss_mib,
+        );
+    }
+    if let Some(go) = reference {
+        println!("\nRatios against the Go library at equal limits (same run):");
+        for (c, f) in results {
+            println!(
+                "  {:<32} throughput {:>5.2}x  p99 claim→Bound {:>5.2}x  CPU/claim {:>5.2}x",
+                c.name,
+                f.claims_per_s / go.claims_per_s,
+                percentile(&f.bound, 0.99).as_secs_f64()
+                    / percentile(&go.bound, 0.99).as_secs_f64(),
+                (f.cpu_s / f.claims as f64) / (go.cpu_s / go.claims as f64),
+            );
+        }
+    }
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_owned()
+}
