@@ -16,6 +16,8 @@ use crate::runtime::bindings::types as wit;
 pub fn check(policy: &OutputPolicy, volume: &wit::Volume, source: &Value) -> Vec<String> {
     let mut refusals = Vec::new();
     let Some((kind, fields)) = source.as_object().and_then(|o| o.iter().next()) else {
+        // The volume was validated first; refuse rather than wave through.
+        refusals.push("its source names no volume type".to_owned());
         return refusals;
     };
     if !policy.sources.contains(kind) {
