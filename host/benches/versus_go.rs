@@ -19,9 +19,12 @@
 //! of its process; and ratios against the Go library at equal limits, from
 //! the same run.
 //!
+//! It also draws `target/bench/versus-go.svg`: the claim→Bound latency
+//! distribution of each contender, and its throughput.
+//!
 //! Not yet measured here (issue #12 asks for them): the 200 claims/s
-//! stream, wasmprov with a native provider, the 100-class and
-//! 10,000-volume scale runs, and the chart.
+//! stream, wasmprov with a native provider, and the 100-class and
+//! 10,000-volume scale runs.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -159,6 +162,11 @@ async fn run() {
         results.push((c, figures));
     }
     print_table(&results);
+    let out = workspace_root().join("target/bench");
+    std::fs::create_dir_all(&out).unwrap();
+    let chart = out.join("versus-go.svg");
+    std::fs::write(&chart, chart_svg(&results)).unwrap();
+    println!("\nchart: {}", chart.display());
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -560,4 +568,96 @@ fn workspace_root() -> PathBuf {
         .parent()
         .unwrap()
         .to_owned()
+}
+
+/// The chart: per contender, the share of claims Bound within t (a CDF of
+/// claim→Bound latency), and claims/s to Bound as bars. Plain SVG, so it
+/// needs no font or plotting library.
+fn chart_svg(results: &[(&Contender, Figures)]) -> String {
+    const COLORS: &[&str] = &["#9e9e9e", "#1f77b4", "#d62728", "#ff7f0e", "#2ca02c"];
+    let (w, h) = (960.0, 440.0);
+    let (left, top, plot_w, plot_h) = (70.0, 40.0, 560.0, 320.0);
+    let max_s = results
+        .iter()
+        .filter_map(|(_, f)| f.bound.last())
+        .map(Duration::as_secs_f64)
+        .fold(0.0, f64::max)
+        .max(0.001);
+    let x = |s: f64| left + s / max_s * plot_w;
+    let y = |share: f64| top + (1.0 - share) * plot_h;
+    let mut svg = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n\
+         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
+         <text x=\"{left}\" y=\"24\" font-size=\"14\">Claims Bound within t (claim created → Bound)</text>\n"
+    );
+    // Axes and ticks.
+    svg += &format!(
+        "<path d=\"M{left},{top} V{} H{}\" stroke=\"black\" fill=\"none\"/>\n",
+        top + plot_h,
+        left + plot_w
+    );
+    for i in 0..=4 {
+        let share = i as f64 / 4.0;
+        let t = max_s * share;
+        svg += &format!(
+            "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{:.0}%</text>\n\
+             <text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{:.1} s</text>\n",
+            left - 6.0,
+            y(share) + 4.0,
+            share * 100.0,
+            x(t),
+            top + plot_h + 18.0,
+            t
+        );
+    }
+    // One CDF line per contender, with its legend entry.
+    for (i, (c, f)) in results.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        let n = f.bound.len().max(1) as f64;
+        let points: Vec<String> = f
+            .bound
+            .iter()
+            .enumerate()
+            .map(|(k, d)| format!("{:.1},{:.1}", x(d.as_secs_f64()), y((k + 1) as f64 / n)))
+            .collect();
+        svg += &format!(
+            "<polyline points=\"{} {}\" stroke=\"{color}\" stroke-width=\"2\" fill=\"none\"/>\n",
+            format_args!("{:.1},{:.1}", x(0.0), y(0.0)),
+            points.join(" ")
+        );
+        let ly = top + 16.0 * i as f64 + 200.0;
+        svg += &format!(
+            "<rect x=\"{}\" y=\"{}\" width=\"12\" height=\"3\" fill=\"{color}\"/>\n\
+             <text x=\"{}\" y=\"{}\">{} ({} claims)</text>\n",
+            left + plot_w - 250.0,
+            ly - 4.0,
+            left + plot_w - 232.0,
+            ly,
+            c.name,
+            f.claims
+        );
+    }
+    // Throughput bars.
+    let bx = left + plot_w + 60.0;
+    let bar_w = w - bx - 20.0;
+    let max_rate = results
+        .iter()
+        .map(|(_, f)| f.claims_per_s)
+        .fold(0.0, f64::max)
+        .max(0.001);
+    svg += &format!("<text x=\"{bx}\" y=\"24\" font-size=\"14\">Claims/s to Bound</text>\n");
+    for (i, (_, f)) in results.iter().enumerate() {
+        let by = top + 40.0 * i as f64;
+        let len = f.claims_per_s / max_rate * (bar_w - 50.0);
+        svg += &format!(
+            "<rect x=\"{bx}\" y=\"{by}\" width=\"{len:.1}\" height=\"24\" fill=\"{}\"/>\n\
+             <text x=\"{:.1}\" y=\"{}\">{:.1}</text>\n",
+            COLORS[i % COLORS.len()],
+            bx + len + 4.0,
+            by + 16.0,
+            f.claims_per_s
+        );
+    }
+    svg += "</svg>\n";
+    svg
 }
