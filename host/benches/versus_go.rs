@@ -24,8 +24,12 @@
 //! It also draws `target/bench/versus-go.svg`: the claim→Bound latency
 //! distribution of each contender, and its throughput.
 //!
-//! Not yet measured here (issue #12 asks for them): wasmprov with a native
-//! provider, and the 100-class and 10,000-volume scale runs.
+//! A fifth contender is wasmprov's lifecycle with the hostpath logic as
+//! native Rust (this program re-executed as `--native-host`): the cost of
+//! the sandbox is its ratio to `wasmprov`.
+//!
+//! Not yet measured here (issue #12 asks for them): the 100-class and
+//! 10,000-volume scale runs.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -43,6 +47,11 @@ use kube::api::{DeleteParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use test_cluster::{Cluster, Options};
+
+#[path = "common/native.rs"]
+mod native;
+
+use native::NativeHostPath;
 
 const CLASSES: usize = 10;
 const NODE: &str = "bench-node";
@@ -70,7 +79,11 @@ const TIMEOUT: Duration = Duration::from_secs(30 * 60);
 #[derive(Clone, Copy)]
 enum Kind {
     Go,
-    Wasmprov { claim_finalizer: bool },
+    Wasmprov {
+        claim_finalizer: bool,
+    },
+    /// wasmprov's lifecycle with a native provider ([`native_host`]).
+    Native,
 }
 
 struct Contender {
@@ -93,13 +106,52 @@ struct Figures {
     peak_rss_mib: f64,
 }
 
+/// The first argument that makes this program a native host (below).
+const NATIVE_HOST: &str = "--native-host";
+
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some(NATIVE_HOST) {
+        return native_host(&args[2..]);
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
     rt.block_on(run());
+}
+
+/// wasmprov's lifecycle with the hostpath logic as native Rust instead of
+/// the Wasm plugin: what `wasmprov run` would be without the sandbox. Run
+/// as a process of its own (this program, re-executed), so it is measured
+/// like the others. Arguments: kubeconfig, provisioner name, root, QPS,
+/// burst.
+fn native_host(args: &[String]) {
+    let [kubeconfig, provisioner, root, qps, burst] = args else {
+        panic!("{NATIVE_HOST} KUBECONFIG PROVISIONER ROOT QPS BURST");
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let yaml = std::fs::read_to_string(kubeconfig).unwrap();
+        let kubeconfig = kube::config::Kubeconfig::from_yaml(&yaml).unwrap();
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .unwrap();
+        let limits = wasmprov::lifecycle::ApiLimits {
+            qps: qps.parse().unwrap(),
+            burst: burst.parse().unwrap(),
+        };
+        let client = wasmprov::lifecycle::throttle::client(config, limits).unwrap();
+        wasmprov::lifecycle::run(
+            client,
+            Arc::new(NativeHostPath(PathBuf::from(root))),
+            wasmprov::lifecycle::Config::new(provisioner.as_str()),
+            Arc::default(),
+            std::future::pending(),
+        )
+        .await;
+    });
 }
 
 async fn run() {
@@ -155,6 +207,13 @@ async fn run() {
             kind: Kind::Wasmprov {
                 claim_finalizer: false,
             },
+            qps: QPS,
+            burst: BURST,
+            share: 1,
+        },
+        Contender {
+            name: "wasmprov, native provider",
+            kind: Kind::Native,
             qps: QPS,
             burst: BURST,
             share: 1,
@@ -245,7 +304,9 @@ async fn measure(
     for c in 0..CLASSES {
         let parameters = match contender.kind {
             Kind::Go => serde_json::json!({}),
-            Kind::Wasmprov { .. } => serde_json::json!({"plugin": "hostpath", "hostRoot": root}),
+            Kind::Wasmprov { .. } | Kind::Native => {
+                serde_json::json!({"plugin": "hostpath", "hostRoot": root})
+            }
         };
         create(
             &Api::<StorageClass>::all(client.clone()),
@@ -397,10 +458,19 @@ fn spawn(
     volumes_dir: &Path,
 ) -> Child {
     let log = std::fs::File::create(work.join(format!("{ns}.log"))).unwrap();
+    let (qps, burst) = (contender.qps.to_string(), contender.burst.to_string());
+    let flags = |c: &mut Command| {
+        c.arg("--kubeconfig")
+            .arg(kubeconfig)
+            .arg("--provisioner-name")
+            .arg(provisioner)
+            .args(["--kube-api-qps", &qps, "--kube-api-burst", &burst]);
+    };
     let mut command = match contender.kind {
         Kind::Go => {
             let mut c = Command::new(bin.join("hostpath-peer"));
             c.arg("--root").arg(volumes_dir).args(["--node", NODE]);
+            flags(&mut c);
             c
         }
         Kind::Wasmprov { claim_finalizer } => {
@@ -429,18 +499,20 @@ fn spawn(
             if claim_finalizer {
                 c.arg("--claim-finalizer");
             }
+            flags(&mut c);
+            c
+        }
+        Kind::Native => {
+            let mut c = Command::new(std::env::current_exe().unwrap());
+            c.arg(NATIVE_HOST)
+                .arg(kubeconfig)
+                .arg(provisioner)
+                .arg(volumes_dir)
+                .args([&qps, &burst]);
             c
         }
     };
     command
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .arg("--provisioner-name")
-        .arg(provisioner)
-        .arg("--kube-api-qps")
-        .arg(contender.qps.to_string())
-        .arg("--kube-api-burst")
-        .arg(contender.burst.to_string())
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()
