@@ -392,8 +392,15 @@ go_helper_pkg() {
 }
 
 build_go() {
+    # Plugins, and test guests (tests/guests/<name>/go.mod).
     local dirs
-    dirs="$(plugin_dirs_with go.mod)"
+    dirs="$(
+        plugin_dirs_with go.mod
+        for dir in "$ROOT"/tests/guests/*/; do
+            [[ -f "$dir/go.mod" ]] && printf '%s\n' "${dir%/}"
+        done
+        true
+    )"
     [[ -n "$dirs" ]] || return 0
     local go_bin
     go_bin="$(command -v go || true)"
@@ -411,10 +418,13 @@ build_go() {
     local adapter="$WASM_BUILD_DIR/go/wasi_snapshot_preview1.reactor.wasm"
     reactor_adapter "$adapter"
 
-    local dir name work src built stamp sources
+    local dir name work src built stamp sources out_dir
     while IFS= read -r dir; do
         name="$(basename "$dir")"
-        work="$WASM_BUILD_DIR/go/$name"
+        case "$dir" in
+            "$ROOT"/plugins/*) out_dir="$PLUGINS_OUT" work="$WASM_BUILD_DIR/go/$name" ;;
+            *) out_dir="$GUESTS_OUT" work="$WASM_BUILD_DIR/go/guest-$name" ;;
+        esac
         built="$work/$name.wasm"
         mapfile -t sources < <(cd "$dir" && find . -path ./conformance -prune -o -type f \
             \( -name '*.go' -o -name go.mod -o -name go.sum \) -print | LC_ALL=C sort)
@@ -436,18 +446,18 @@ build_go() {
                     "$go_bin" mod edit -replace "go.bytecodealliance.org/pkg=$pkg" &&
                     "$go_bin" build -trimpath -buildvcs=false -buildmode=c-shared -ldflags="-checklinkname=0 -s -w" \
                         -o "$work/core.wasm" .
-            ) || die "go build failed for plugins/$name (see above)"
+            ) || die "go build failed for ${dir#"$ROOT"/} (see above)"
             "$wasm_tools" component embed --world provisioner "$ROOT/wit" "$work/core.wasm" \
                 -o "$work/embedded.wasm" ||
-                die "wasm-tools component embed failed for plugins/$name (see above)"
+                die "wasm-tools component embed failed for ${dir#"$ROOT"/} (see above)"
             "$wasm_tools" component new "$work/embedded.wasm" \
                 --adapt "wasi_snapshot_preview1=$adapter" -o "$built.tmp" ||
-                die "wasm-tools component new failed for plugins/$name (see above)"
+                die "wasm-tools component new failed for ${dir#"$ROOT"/} (see above)"
             "$wasm_tools" strip "$built.tmp" -o "$built.tmp" 2>/dev/null || true
             mv -f "$built.tmp" "$built"
             echo "$stamp" >"$built.stamp"
         fi
-        produced "$built" "$PLUGINS_OUT/$name.wasm"
+        produced "$built" "$out_dir/$name.wasm"
     done <<<"$dirs"
 }
 
