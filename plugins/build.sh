@@ -368,7 +368,7 @@ go_helper_pkg() {
     local dest="$TOOLCHAINS/go/pkg-$GO_PKG_VERSION"
     if [[ ! -f "$dest/go.mod" ]]; then
         local crate="wit-bindgen-go-$WIT_BINDGEN_GO_VERSION" src
-        src="$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/"$crate"/src/pkg 2>/dev/null | head -n 1)"
+        src="$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/"$crate"/src/pkg 2>/dev/null | head -n 1 || true)"
         if [[ -z "$src" ]]; then
             # Cargo cleaned its source cache since wit-bindgen-cli was
             # installed: have it download the crate again (no compile).
@@ -377,8 +377,11 @@ go_helper_pkg() {
             printf '[package]\nname = "fetch-wit-bindgen-go"\nversion = "0.0.0"\nedition = "2021"\n[lib]\npath = "lib.rs"\n[dependencies]\nwit-bindgen-go = "=%s"\n[workspace]\n' \
                 "$WIT_BINDGEN_GO_VERSION" >"$fetch/Cargo.toml"
             : >"$fetch/lib.rs"
-            src="$(cd "$fetch" && cargo metadata --format-version 1 --manifest-path "$fetch/Cargo.toml" |
-                sed -n "s|.*\"manifest_path\":\"\([^\"]*/$crate\)/Cargo.toml\".*|\1|p" | head -n 1)/src/pkg"
+            local metadata
+            metadata="$(cd "$fetch" && cargo metadata --format-version 1 --manifest-path "$fetch/Cargo.toml")" ||
+                die "cargo could not download the crate $crate (see above)"
+            src="$(grep -o "\"manifest_path\":\"[^\"]*/$crate/Cargo.toml\"" <<<"$metadata" | head -n 1 |
+                sed "s|\"manifest_path\":\"\(.*\)/Cargo.toml\"|\1|")/src/pkg"
         fi
         [[ -f "$src/go.mod" ]] && grep -q "^module go.bytecodealliance.org/pkg" "$src/go.mod" ||
             die "cannot find go.bytecodealliance.org/pkg in the crate $crate (looked in $src)"
