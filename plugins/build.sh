@@ -70,7 +70,7 @@ for arg in "$@"; do
         -q | --quiet) QUIET=(--quiet) ;;
         --rust-only) RUST_ONLY=1 ;;
         -h | --help)
-            sed -n '2,40p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+            sed -n '2,41p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
             exit 0
             ;;
         *)
