@@ -165,3 +165,33 @@ async fn hostpath_go_serves_calls_in_a_row_within_the_default_limits() {
         assert!(root.path().join(format!("pvc-{i}")).is_dir());
     }
 }
+
+/// The Go plugin's pure logic (`plugins/hostpath-go/hostpath/plan_test.go`,
+/// the cases of the Rust plugin's `plan.rs`) runs natively with `go test`
+/// in the tree `plugins/build.sh` assembled, so CI runs it too.
+#[test]
+fn hostpath_go_unit_tests_pass() {
+    let _ = plugin_path("hostpath-go");
+    let go = ["go", "/usr/local/go/bin/go"]
+        .into_iter()
+        .find(|go| {
+            std::process::Command::new(go)
+                .arg("version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .expect("Go is needed for the Go plugins (plugins/build.sh found it)");
+    let out = std::process::Command::new(go)
+        .args(["test", "./hostpath/"])
+        .current_dir(workspace_root().join("target/wasm-build/go/hostpath-go/src"))
+        .env("GOWORK", "off")
+        .env("GOTOOLCHAIN", "local")
+        .output()
+        .expect("run go test");
+    assert!(
+        out.status.success(),
+        "go test ./hostpath/ failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
