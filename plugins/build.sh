@@ -15,15 +15,18 @@
 #                            WASI reactor adapter, wasm-tools component new)
 #   app.js                -> JavaScript (componentize-js, -d http fetch-event)
 #   app.py                -> Python (componentize-py)
+#   go.mod                -> Go (wit-bindgen go, GOOS=wasip1 -buildmode=c-shared,
+#                            the WASI reactor adapter, wasm-tools component new)
 #
 # Toolchains: C needs the apt packages clang lld wasi-libc libclang-rt-dev-wasm32,
 # JavaScript needs node and npm, Python needs python3 with venv (`.ci/run`
-# installs them). Everything else is installed on first use into
-# target/plugin-toolchains/ (componentize-js from npm, componentize-py from
-# PyPI in a venv, wit-bindgen-cli and wasm-tools with `cargo install --root`;
-# the latter take minutes, once) and reused afterwards.
+# installs them), Go needs Go >= 1.25 (`go` on PATH, else /usr/local/go/bin).
+# Everything else is installed on first use into target/plugin-toolchains/
+# (componentize-js from npm, componentize-py from PyPI in a venv,
+# wit-bindgen-cli and wasm-tools with `cargo install --root`; the latter take
+# minutes, once) and reused afterwards.
 #
-# C, JavaScript and Python plugins are rebuilt only when their sources, the
+# C, JavaScript, Python and Go plugins are rebuilt only when their sources, the
 # WIT files or the toolchain version changed (a stamp next to the build).
 #
 # - Rust crates are built with `cargo build --profile plugin --target wasm32-wasip2`
@@ -48,6 +51,12 @@ TOOLCHAINS="$ROOT/target/plugin-toolchains"
 COMPONENTIZE_JS_VERSION=0.23.0
 COMPONENTIZE_PY_VERSION=0.25.1
 WIT_BINDGEN_VERSION=0.63.0
+# The Go generator of wit-bindgen-cli: 0.60.0 is the newest whose helper module
+# (go.bytecodealliance.org/pkg v0.2.2, shipped inside the crate wit-bindgen-go)
+# builds with Go 1.25/1.26; 0.63.0's wants Go 1.27.1. Installed on its own
+# (only the `go` feature) into target/plugin-toolchains/go.
+WIT_BINDGEN_GO_VERSION=0.60.0
+GO_PKG_VERSION=v0.2.2
 WASM_TOOLS_VERSION=1.263.0
 PROFILE=plugin
 WASM_BUILD_DIR="$ROOT/target/wasm-build"
@@ -61,7 +70,7 @@ for arg in "$@"; do
         -q | --quiet) QUIET=(--quiet) ;;
         --rust-only) RUST_ONLY=1 ;;
         -h | --help)
-            sed -n '2,38p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+            sed -n '2,41p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
             exit 0
             ;;
         *)
@@ -190,24 +199,38 @@ need_command() {
     command -v "$1" >/dev/null 2>&1 || die "$1 not found: $2"
 }
 
-# cargo_tool NAME CRATE VERSION: the path of a cargo-installed tool of that
-# version, installing it into target/plugin-toolchains/cargo if needed.
+# cargo_tool NAME CRATE VERSION [ROOT [INSTALL-FLAGS...]]: the path of a
+# cargo-installed tool of that version, installing it into ROOT (default
+# target/plugin-toolchains/cargo) with the extra `cargo install` flags if needed.
 cargo_tool() {
-    local name="$1" crate="$2" version="$3" local_bin="$TOOLCHAINS/cargo/bin/$1"
+    local name="$1" crate="$2" version="$3" root="${4:-$TOOLCHAINS/cargo}"
+    local local_bin="$root/bin/$1"
+    if (($# >= 4)); then shift 4; else shift $#; fi
     if command -v "$name" >/dev/null 2>&1 && "$name" --version 2>/dev/null | grep -q " $version"; then
         command -v "$name"
         return 0
     fi
     if ! { [[ -x "$local_bin" ]] && "$local_bin" --version 2>/dev/null | grep -q " $version"; }; then
-        echo "plugins/build.sh: installing $crate $version into ${TOOLCHAINS#"$ROOT"/}/cargo (once; takes minutes)" >&2
+        echo "plugins/build.sh: installing $crate $version into ${root#"$ROOT"/} (once; takes minutes)" >&2
         (cd "$ROOT" && unset RUSTFLAGS CARGO_ENCODED_RUSTFLAGS CARGO_BUILD_RUSTFLAGS &&
-            cargo install ${QUIET[@]+"${QUIET[@]}"} --locked "$crate" --version "$version" --root "$TOOLCHAINS/cargo") >&2 ||
+            cargo install ${QUIET[@]+"${QUIET[@]}"} --locked "$crate" --version "$version" --root "$root" "$@") >&2 ||
             die "cargo install $crate $version failed (see above)"
     fi
     echo "$local_bin"
 }
 
 WIT_FILES=("$ROOT"/wit/*.wit)
+
+# reactor_adapter OUT: writes the wasi_snapshot_preview1 reactor adapter of the
+# host's wasmtime release (crate wasi-preview1-component-adapter-provider, see
+# plugins/toolchain) to OUT. C and Go core modules become components with it.
+reactor_adapter() {
+    mkdir -p "$(dirname "$1")"
+    (cd "$ROOT" && unset RUSTFLAGS CARGO_ENCODED_RUSTFLAGS CARGO_BUILD_RUSTFLAGS &&
+        cargo run ${QUIET[@]+"${QUIET[@]}"} -p wasmprov-plugin-toolchain --bin wasmprov-adapter \
+            --target-dir "$WASM_BUILD_DIR" -- "$1") ||
+        die "cannot write the WASI reactor adapter (see above)"
+}
 
 # ---------------------------------------------------------------------------
 # Python: plugins/<name>/app.py, module `app` defining `class Plugin`.
@@ -294,14 +317,8 @@ build_c() {
     wit_bindgen="$(cargo_tool wit-bindgen wit-bindgen-cli "$WIT_BINDGEN_VERSION")" || exit 1
     wasm_tools="$(cargo_tool wasm-tools wasm-tools "$WASM_TOOLS_VERSION")" || exit 1
 
-    # The reactor adapter of the host's wasmtime release (crate
-    # wasi-preview1-component-adapter-provider, see plugins/toolchain).
     local adapter="$WASM_BUILD_DIR/c/wasi_snapshot_preview1.reactor.wasm"
-    mkdir -p "$WASM_BUILD_DIR/c"
-    (cd "$ROOT" && unset RUSTFLAGS CARGO_ENCODED_RUSTFLAGS CARGO_BUILD_RUSTFLAGS &&
-        cargo run ${QUIET[@]+"${QUIET[@]}"} -p wasmprov-plugin-toolchain --bin wasmprov-adapter \
-            --target-dir "$WASM_BUILD_DIR" -- "$adapter") ||
-        die "cannot write the WASI reactor adapter (see above)"
+    reactor_adapter "$adapter"
 
     local bindings="$WASM_BUILD_DIR/c/bindings"
     local bindings_stamp
@@ -335,6 +352,115 @@ build_c() {
             echo "$stamp" >"$built.stamp"
         fi
         produced "$built" "$PLUGINS_OUT/$name.wasm"
+    done <<<"$dirs"
+}
+
+# ---------------------------------------------------------------------------
+# Go: plugins/<name>/go.mod (module wit_component) with the package
+# export_wasmprov_provisioner_plugin defining Capabilities, Provision, Delete.
+# ---------------------------------------------------------------------------
+
+# go.bytecodealliance.org/pkg (the runtime helpers the generated bindings
+# import) is not on the Go module proxy; the crate wit-bindgen-go ships the
+# same sources. Copies them once into target/plugin-toolchains/go and prints
+# the directory, for a `replace` directive.
+go_helper_pkg() {
+    local dest="$TOOLCHAINS/go/pkg-$GO_PKG_VERSION"
+    if [[ ! -f "$dest/go.mod" ]]; then
+        local crate="wit-bindgen-go-$WIT_BINDGEN_GO_VERSION" src
+        src="$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/"$crate"/src/pkg 2>/dev/null | head -n 1 || true)"
+        if [[ -z "$src" ]]; then
+            # Cargo cleaned its source cache since wit-bindgen-cli was
+            # installed: have it download the crate again (no compile).
+            local fetch="$TOOLCHAINS/go/fetch"
+            mkdir -p "$fetch"
+            printf '[package]\nname = "fetch-wit-bindgen-go"\nversion = "0.0.0"\nedition = "2021"\n[lib]\npath = "lib.rs"\n[dependencies]\nwit-bindgen-go = "=%s"\n[workspace]\n' \
+                "$WIT_BINDGEN_GO_VERSION" >"$fetch/Cargo.toml"
+            : >"$fetch/lib.rs"
+            local metadata
+            metadata="$(cd "$fetch" && cargo metadata --format-version 1 --manifest-path "$fetch/Cargo.toml")" ||
+                die "cargo could not download the crate $crate (see above)"
+            src="$(grep -o "\"manifest_path\":\"[^\"]*/$crate/Cargo.toml\"" <<<"$metadata" | head -n 1 |
+                sed "s|\"manifest_path\":\"\(.*\)/Cargo.toml\"|\1|")/src/pkg"
+        fi
+        [[ -f "$src/go.mod" ]] && grep -q "^module go.bytecodealliance.org/pkg" "$src/go.mod" ||
+            die "cannot find go.bytecodealliance.org/pkg in the crate $crate (looked in $src)"
+        rm -rf "$dest.tmp"
+        mkdir -p "$dest.tmp"
+        cp -R "$src/go.mod" "$src/LICENSE" "$src/wit" "$dest.tmp/"
+        rm -rf "$dest"
+        mv "$dest.tmp" "$dest"
+    fi
+    echo "$dest"
+}
+
+build_go() {
+    # Plugins, and test guests (tests/guests/<name>/go.mod).
+    local dirs
+    dirs="$(
+        plugin_dirs_with go.mod
+        for dir in "$ROOT"/tests/guests/*/; do
+            [[ -f "$dir/go.mod" ]] && printf '%s\n' "${dir%/}"
+        done
+        true
+    )"
+    [[ -n "$dirs" ]] || return 0
+    local go_bin
+    go_bin="$(command -v go || true)"
+    [[ -n "$go_bin" || ! -x /usr/local/go/bin/go ]] || go_bin=/usr/local/go/bin/go
+    [[ -n "$go_bin" ]] || die "go not found: install Go 1.25 or later (https://go.dev/dl), on PATH or in /usr/local/go"
+    local go_version
+    go_version="$(GOTOOLCHAIN=local "$go_bin" env GOVERSION)" || die "$go_bin env GOVERSION failed"
+    [[ "$go_version" =~ ^go1\.([0-9]+) ]] && ((BASH_REMATCH[1] >= 25)) ||
+        die "$go_bin is $go_version; Go plugins need Go 1.25 or later (go:wasmexport, the bindings' go.mod)"
+    local wit_bindgen wasm_tools pkg
+    wit_bindgen="$(cargo_tool wit-bindgen wit-bindgen-cli "$WIT_BINDGEN_GO_VERSION" "$TOOLCHAINS/go" \
+        --no-default-features --features go)" || exit 1
+    wasm_tools="$(cargo_tool wasm-tools wasm-tools "$WASM_TOOLS_VERSION")" || exit 1
+    pkg="$(go_helper_pkg)" || exit 1
+    local adapter="$WASM_BUILD_DIR/go/wasi_snapshot_preview1.reactor.wasm"
+    reactor_adapter "$adapter"
+
+    local dir name work src built stamp sources out_dir
+    while IFS= read -r dir; do
+        name="$(basename "$dir")"
+        case "$dir" in
+            "$ROOT"/plugins/*) out_dir="$PLUGINS_OUT" work="$WASM_BUILD_DIR/go/$name" ;;
+            *) out_dir="$GUESTS_OUT" work="$WASM_BUILD_DIR/go/guest-$name" ;;
+        esac
+        built="$work/$name.wasm"
+        mapfile -t sources < <(cd "$dir" && find . -path ./conformance -prune -o -type f \
+            \( -name '*.go' -o -name go.mod -o -name go.sum \) -print | LC_ALL=C sort)
+        stamp="$(inputs_digest "$go_version wit-bindgen $WIT_BINDGEN_GO_VERSION $(sha256sum "$adapter" | cut -d' ' -f1)" \
+            "${WIT_FILES[@]}" "${sources[@]/#./$dir}")"
+        if ! up_to_date "$built" "$stamp"; then
+            [[ ${#QUIET[@]} -gt 0 ]] || echo "   Building Go plugin $name (wit-bindgen go, GOOS=wasip1)" >&2
+            # A clean tree each time: the generated bindings, then the
+            # plugin's own files (its go.mod replaces the generated one).
+            src="$work/src"
+            rm -rf "$src"
+            mkdir -p "$src"
+            "$wit_bindgen" go "$ROOT/wit" --world provisioner --out-dir "$src" >"$work/bindgen.log" 2>&1 ||
+                { cat "$work/bindgen.log" >&2; die "wit-bindgen go failed for wit/ (see above)"; }
+            (cd "$dir" && cp --parents "${sources[@]}" "$src/")
+            (
+                cd "$src" &&
+                    export GOTOOLCHAIN=local GOWORK=off GOOS=wasip1 GOARCH=wasm CGO_ENABLED=0 &&
+                    "$go_bin" mod edit -replace "go.bytecodealliance.org/pkg=$pkg" &&
+                    "$go_bin" build -trimpath -buildvcs=false -buildmode=c-shared -ldflags="-checklinkname=0 -s -w" \
+                        -o "$work/core.wasm" .
+            ) || die "go build failed for ${dir#"$ROOT"/} (see above)"
+            "$wasm_tools" component embed --world provisioner "$ROOT/wit" "$work/core.wasm" \
+                -o "$work/embedded.wasm" ||
+                die "wasm-tools component embed failed for ${dir#"$ROOT"/} (see above)"
+            "$wasm_tools" component new "$work/embedded.wasm" \
+                --adapt "wasi_snapshot_preview1=$adapter" -o "$built.tmp" ||
+                die "wasm-tools component new failed for ${dir#"$ROOT"/} (see above)"
+            "$wasm_tools" strip "$built.tmp" -o "$built.tmp" 2>/dev/null || true
+            mv -f "$built.tmp" "$built"
+            echo "$stamp" >"$built.stamp"
+        fi
+        produced "$built" "$out_dir/$name.wasm"
     done <<<"$dirs"
 }
 
@@ -386,6 +512,7 @@ if [[ $RUST_ONLY == 0 ]]; then
     build_c
     build_javascript
     build_python
+    build_go
 fi
 install_outputs
 # A partial build does not know every plugin: keep what it did not build.
