@@ -82,14 +82,16 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&host_root)
         .with_context(|| format!("cannot create {}", host_root.display()))?;
     let policy_file = data_dir.join("policy.yaml");
-    std::fs::write(
-        &policy_file,
-        format!(
-            "plugins:\n  hostpath:\n    preopens:\n      - {{host: {root}, guest: /volumes, mode: read-write}}\n    \
+    // The hostpath plugins (Rust and its Go twin) manage the same directory.
+    let mut policy = String::from("plugins:\n");
+    for plugin in ["hostpath", "hostpath-go"] {
+        policy += &format!(
+            "  {plugin}:\n    preopens:\n      - {{host: {root}, guest: /volumes, mode: read-write}}\n    \
              output: {{sources: [hostPath], paths: [{root}]}}\n",
             root = host_root.display()
-        ),
-    )?;
+        );
+    }
+    std::fs::write(&policy_file, policy)?;
 
     let sim = kube_sim::Simulator::start(kube_sim::Config {
         bind: ([127, 0, 0, 1], args.port).into(),
