@@ -209,7 +209,14 @@ impl PluginRegistry {
                 drop(state);
                 tracing::info!(plugin = name, %digest, previous = previous.as_deref().unwrap_or("none"), %origin, ?cache, took = ?started.elapsed(), "plugin version loaded");
                 if policies.output_for(name).sources.is_empty() {
-                    tracing::warn!(plugin = name, "the sandbox policy grants plugin {name} no volume source kind (plugins.{name}.output.sources), so every volume it returns will be refused; grant what it hands out");
+                    // An entry without `output` is most likely a policy from
+                    // before the output policy: say so loudly. No entry at
+                    // all is a plugin this host is not meant to run.
+                    if policies.plugin_names().any(|n| n == name) {
+                        tracing::warn!(plugin = name, "the sandbox policy grants plugin {name} no volume source kind (plugins.{name}.output.sources), so every volume it returns will be refused; grant what it hands out");
+                    } else {
+                        tracing::info!(plugin = name, "the sandbox policy has no entry for plugin {name}: it runs with no files or network and may return no volume");
+                    }
                 }
                 self.metrics.plugin_reload(name, "loaded");
                 self.metrics
