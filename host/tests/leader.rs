@@ -64,6 +64,17 @@ async fn hold_as_other(leases: &Api<Lease>, renewed: Timestamp) {
     }
 }
 
+/// A server of the kind asked for, with an admin client.
+async fn api(server: Server) -> (TestApi, Client) {
+    TestApi::start(
+        server,
+        &[],
+        kube_sim::Config::default(),
+        test_cluster::Options::default(),
+    )
+    .await
+}
+
 /// Starts the candidate; the flag says whether it leads.
 fn candidate(client: Client, config: LeaseConfig) -> Arc<AtomicBool> {
     let leading = Arc::new(AtomicBool::new(false));
@@ -81,13 +92,7 @@ fn candidate(client: Client, config: LeaseConfig) -> Arc<AtomicBool> {
 }
 
 async fn a_live_leader_with_a_slow_clock_keeps_the_lease(server: Server) {
-    let (_api, client) = TestApi::start(
-        server,
-        &[],
-        kube_sim::Config::default(),
-        test_cluster::Options::default(),
-    )
-    .await;
+    let (_api, client) = api(server).await;
     let leases: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
     // The other replica renews every 300 ms, but its clock is an hour slow:
     // by our clock its lease expired long ago.
@@ -119,13 +124,7 @@ async fn a_live_leader_with_a_slow_clock_keeps_the_lease(server: Server) {
 }
 
 async fn a_dead_leader_with_a_fast_clock_is_replaced_after_the_lease_duration(server: Server) {
-    let (_api, client) = TestApi::start(
-        server,
-        &[],
-        kube_sim::Config::default(),
-        test_cluster::Options::default(),
-    )
-    .await;
+    let (_api, client) = api(server).await;
     let leases: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
     // Its last renewal claims to be an hour in the future: by its clock the
     // lease would stay valid for an hour after it died.

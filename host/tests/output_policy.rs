@@ -17,10 +17,10 @@ use wasmprov::wasm_provisioner::{WasmProvisioner, MAX_MESSAGE_BYTES, REFUSED_BY_
 
 const STEP: Duration = Duration::from_secs(60);
 
-/// The misbehave guest with `dir` preopened at /data, allowed what `output`
-/// (policy-file YAML) grants.
-async fn plugin(dir: &Path, output: &str) -> WasmProvisioner {
-    let yaml = format!("plugins: {{misbehave: {{output: {output}}}}}");
+/// The misbehave guest with `dir` preopened at /data, under the policy entry
+/// `entry` (policy-file YAML, e.g. `output: {...}`; empty: nothing granted).
+async fn plugin(dir: &Path, entry: &str) -> WasmProvisioner {
+    let yaml = format!("plugins: {{misbehave: {{{entry}}}}}");
     let output = PolicySet::parse(&yaml, Path::new("policy.yaml"))
         .unwrap_or_else(|e| panic!("{yaml}: {e}"))
         .output_for("misbehave");
@@ -72,6 +72,11 @@ fn assert_refused(result: Result<PersistentVolume, ProvisionError>, dir: &Path, 
     assert!(!made(dir).exists(), "the cleanup delete removed it");
 }
 
+/// The entry that grants hostPath volumes in `root`.
+fn hostpath_in(root: &str) -> String {
+    format!("output: {{sources: [hostPath], paths: [{root}]}}")
+}
+
 fn json(value: serde_json::Value) -> String {
     value.to_string()
 }
@@ -80,11 +85,7 @@ fn json(value: serde_json::Value) -> String {
 async fn host_paths_stay_in_the_granted_directory() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().display().to_string();
-    let p = plugin(
-        dir.path(),
-        &format!("{{sources: [hostPath], paths: [{root}]}}"),
-    )
-    .await;
+    let p = plugin(dir.path(), &hostpath_in(&root)).await;
 
     // Inside: saved as returned.
     let inside = json(serde_json::json!({"hostPath": {"path": format!("{root}/pvc-out")}}));
@@ -136,11 +137,7 @@ async fn host_paths_stay_in_the_granted_directory() {
 async fn a_link_the_plugin_made_cannot_lead_out_of_the_granted_directory() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().display().to_string();
-    let p = plugin(
-        dir.path(),
-        &format!("{{sources: [hostPath], paths: [{root}]}}"),
-    )
-    .await;
+    let p = plugin(dir.path(), &hostpath_in(&root)).await;
     let opts = options(
         "pvc-link",
         class(
@@ -175,7 +172,7 @@ async fn nfs_servers_csi_drivers_and_secret_namespaces_need_grants() {
     let dir = tempfile::tempdir().unwrap();
     let p = plugin(
         dir.path(),
-        "{sources: [nfs, csi], nfsExports: ['10.0.0.5:/exports'], csiDrivers: [disk.example.com], secretNamespaces: [storage]}",
+        "output: {sources: [nfs, csi], nfsExports: ['10.0.0.5:/exports'], csiDrivers: [disk.example.com], secretNamespaces: [storage]}",
     )
     .await;
     let granted = [
@@ -222,7 +219,7 @@ async fn mount_options_labels_and_annotations_need_grants() {
     let dir = tempfile::tempdir().unwrap();
     let p = plugin(
         dir.path(),
-        "{sources: [hostPath], paths: [/tmp/ok], mountOptions: [noatime], labelPrefixes: [team.example.com/], annotationPrefixes: [misbehave.test/]}",
+        "output: {sources: [hostPath], paths: [/tmp/ok], mountOptions: [noatime], labelPrefixes: [team.example.com/], annotationPrefixes: [misbehave.test/]}",
     )
     .await;
     let pv = returning(
@@ -269,7 +266,7 @@ async fn oversized_answers_are_refused_and_messages_cut() {
     let dir = tempfile::tempdir().unwrap();
     let p = plugin(
         dir.path(),
-        "{sources: [hostPath], paths: [/tmp/ok], labelPrefixes: [misbehave.test/]}",
+        "output: {sources: [hostPath], paths: [/tmp/ok], labelPrefixes: [misbehave.test/]}",
     )
     .await;
     // 100,000 labels: refused before any is copied into a PersistentVolume.
@@ -310,7 +307,7 @@ async fn oversized_answers_are_refused_and_messages_cut() {
 #[tokio::test]
 async fn a_refused_volume_whose_storage_cannot_be_deleted_stays_in_progress() {
     let dir = tempfile::tempdir().unwrap();
-    let p = plugin(dir.path(), "{sources: [hostPath], paths: [/srv]}").await;
+    let p = plugin(dir.path(), "output: {sources: [hostPath], paths: [/srv]}").await;
     let err = returning(&p, &[("delete-fails", "true")])
         .await
         .expect_err("/tmp/ok is not granted");
@@ -330,21 +327,7 @@ async fn a_refused_volume_whose_storage_cannot_be_deleted_stays_in_progress() {
 #[tokio::test]
 async fn a_plugin_without_an_output_entry_may_return_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let sandbox = SandboxPolicy {
-        preopens: vec![Preopen {
-            host: dir.path().to_owned(),
-            guest: "/data".into(),
-            mode: DirMode::ReadWrite,
-        }],
-        ..SandboxPolicy::default()
-    };
-    let p = load(
-        "misbehave",
-        &guest_path("misbehave"),
-        sandbox,
-        PolicySet::default().output_for("misbehave"),
-    )
-    .await;
+    let p = plugin(dir.path(), "").await;
     assert_refused(
         returning(&p, &[]).await,
         dir.path(),
@@ -354,16 +337,10 @@ async fn a_plugin_without_an_output_entry_may_return_nothing() {
 
 #[tokio::test]
 async fn secret_parameters_reach_provision_but_are_never_written_on_the_volume() {
-    let yaml = "plugins: {misbehave: {secretParameters: [password], \
-                output: {sources: [hostPath], paths: [/tmp/ok], annotationPrefixes: [misbehave.test/]}}}";
-    let output = PolicySet::parse(yaml, Path::new("policy.yaml"))
-        .unwrap()
-        .output_for("misbehave");
-    let p = load(
-        "misbehave",
-        &guest_path("misbehave"),
-        SandboxPolicy::default(),
-        output,
+    let dir = tempfile::tempdir().unwrap();
+    let p = plugin(
+        dir.path(),
+        &format!("secretParameters: [password], output: {MISBEHAVE_OUTPUT}"),
     )
     .await;
     let opts = options(
@@ -402,13 +379,7 @@ async fn secret_parameters_reach_provision_but_are_never_written_on_the_volume()
     );
 
     // Without the grant the parameter is recorded, as before.
-    let p = load(
-        "misbehave",
-        &guest_path("misbehave"),
-        SandboxPolicy::default(),
-        misbehave_output(),
-    )
-    .await;
+    let p = plugin(dir.path(), &format!("output: {MISBEHAVE_OUTPUT}")).await;
     let pv = p.provision(&opts).await.unwrap();
     assert!(pv.metadata.annotations.unwrap()["wasmprov.io/parameters"].contains("hunter2"));
 }
