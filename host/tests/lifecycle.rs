@@ -271,6 +271,29 @@ impl Cluster {
         }
     }
 
+    /// Deletes claim `data` of a `slow-create` class; the backend finishes
+    /// after `attempts` calls (counted in the file `attempts`), and the
+    /// storage made after the claim went is removed (the file `deleted`).
+    async fn delete_claim_then_storage_is_removed(
+        &self,
+        deleted: &Path,
+        attempts: &Path,
+        calls: usize,
+    ) {
+        self.delete_claim("data").await;
+        eventually(
+            "the storage made after the claim went is removed",
+            || async { deleted.exists().then_some(()) },
+        )
+        .await;
+        assert_eq!(
+            std::fs::read_to_string(attempts).unwrap(),
+            "x".repeat(calls),
+            "asked until it finished"
+        );
+        assert!(self.no_volumes().await);
+    }
+
     fn claims(&self) -> Api<PersistentVolumeClaim> {
         Api::namespaced(self.client.clone(), "default")
     }
@@ -1021,18 +1044,8 @@ async fn a_claim_deleted_while_its_storage_is_being_created_leaves_nothing_behin
     c.event("data", "ProvisioningFailed", "still creating")
         .await;
 
-    c.delete_claim("data").await;
-    eventually(
-        "the storage made after the claim went is removed",
-        || async { deleted.exists().then_some(()) },
-    )
-    .await;
-    assert_eq!(
-        std::fs::read_to_string(&attempts).unwrap(),
-        "xxxx",
-        "asked until it finished"
-    );
-    assert!(c.no_volumes().await);
+    c.delete_claim_then_storage_is_removed(&deleted, &attempts, 4)
+        .await;
 }
 
 /// With `--claim-finalizer`, a claim deleted while its backend is still
@@ -2076,18 +2089,8 @@ async fn a_claim_deleted_after_no_change_still_has_its_storage_removed(server: S
     )
     .await;
 
-    c.delete_claim("data").await;
-    eventually(
-        "the storage made after the claim went is removed",
-        || async { deleted.exists().then_some(()) },
-    )
-    .await;
-    assert_eq!(
-        std::fs::read_to_string(&attempts).unwrap(),
-        "xxxxx",
-        "asked until it finished"
-    );
-    assert!(c.no_volumes().await);
+    c.delete_claim_then_storage_is_removed(&deleted, &attempts, 5)
+        .await;
 }
 
 /// A volume that cannot be saved has its storage deleted, and that delete is
