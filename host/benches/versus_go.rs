@@ -15,21 +15,23 @@
 //! stream of 200 claims/s for 30 s; then all are deleted. The default-limits
 //! peer, which needs minutes per hundred claims, gets a tenth of each.
 //! Reported per contender: claims/s to Bound, claim→Bound p50/p99/max,
-//! delete→volume gone p50/p99, API requests per claim (the API server's
-//! audit log, by the contender's user), CPU per claim and peak RSS of its
+//! claim→PersistentVolume created (the provisioner's share, before the PV
+//! binder's), delete→volume gone p50/p99, API requests per claim (the API
+//! server's audit log, which records only service accounts' requests, by
+//! the contender's user), CPU per claim, by thread too, and peak RSS of its
 //! process; and ratios against the Go library at equal limits, from the
 //! same run. The controller manager's API limit is lifted (see
 //! `controller_manager_qps`), or its PV binder would be what is measured.
+//! `BENCH_PERF=DIR` also records each contender's measured window with
+//! `perf record` into `DIR/bench-N.perf.data`.
 //!
 //! It also draws `target/bench/versus-go.svg`: the claim→Bound latency
 //! distribution of each contender, and its throughput.
 //!
 //! A fifth contender is wasmprov's lifecycle with the hostpath logic as
 //! native Rust (this program re-executed as `--native-host`): the cost of
-//! the sandbox is its ratio to `wasmprov`.
-//!
-//! Not yet measured here (issue #12 asks for them): the 100-class and
-//! 10,000-volume scale runs.
+//! the sandbox is its ratio to `wasmprov`. The 100-class and 10,000-volume
+//! runs are `benches/scale.rs`.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -103,6 +105,9 @@ struct Figures {
     gone: Vec<Duration>,
     requests_per_claim: f64,
     cpu_s: f64,
+    /// CPU seconds by thread name over the same window ("exited threads":
+    /// what threads that ended before the window closed used).
+    cpu_by_thread: Vec<(String, f64)>,
     peak_rss_mib: f64,
 }
 
@@ -171,6 +176,10 @@ async fn run() {
     let cluster = tokio::task::spawn_blocking(|| {
         Cluster::start(Options {
             audit: true,
+            // Only the contenders' requests (service accounts): auditing the
+            // PV binder's and this program's too costs the API server CPU
+            // that the 2 cores share with everyone.
+            audit_groups: vec!["system:serviceaccounts".into()],
             // The PV binder at its default 20 QPS binds about five claims a
             // second: lifted, so the provisioners are what is measured.
             controller_manager_qps: Some(1000),
@@ -332,6 +341,13 @@ async fn measure(
     create_claim(&claims_api, "warmup", &format!("{ns}-0")).await;
     tracker.wait_bound(1, TIMEOUT).await;
     let (cpu0, requests0) = (cpu_seconds(process.0.id()), requests_of(cluster, &user));
+    let threads0 = thread_cpu_seconds(process.0.id());
+    let profile = std::env::var_os("BENCH_PERF").map(|dir| {
+        Profiler::attach(
+            process.0.id(),
+            &Path::new(&dir).join(format!("{ns}.perf.data")),
+        )
+    });
 
     // The burst: every claim at once.
     let burst: Vec<String> = (0..claims).map(|i| format!("burst-{i:05}")).collect();
@@ -403,6 +419,10 @@ async fn measure(
         .collect();
     gone.sort();
     let cpu = cpu_seconds(process.0.id()) - cpu0;
+    let cpu_by_thread = thread_cpu_delta(&threads0, &thread_cpu_seconds(process.0.id()), cpu);
+    if let Some(p) = profile {
+        p.finish();
+    }
     let requests = requests_of(cluster, &user) - requests0;
     let peak_rss_mib = peak_rss_kib(process.0.id()) as f64 / 1024.0;
     process.stop();
@@ -413,6 +433,7 @@ async fn measure(
         gone,
         requests_per_claim: requests as f64 / names.len() as f64,
         cpu_s: cpu,
+        cpu_by_thread,
         peak_rss_mib,
     }
 }
@@ -425,6 +446,8 @@ struct Phase {
     claims_per_s: f64,
     /// Each claim's create → Bound, sorted.
     bound: Vec<Duration>,
+    /// Each claim's create → its PersistentVolume created, sorted.
+    provisioned: Vec<Duration>,
 }
 
 impl Phase {
@@ -437,11 +460,25 @@ impl Phase {
         let bound_at = tracker.bound.lock().unwrap();
         let mut bound: Vec<Duration> = names.iter().map(|n| bound_at[n] - created[n]).collect();
         bound.sort();
+        // A PV is seen before its claim is Bound, but the watch may deliver
+        // it a moment after: every claim here is Bound, so its PV exists.
+        let pv_at = tracker.provisioned.lock().unwrap();
+        let mut provisioned: Vec<Duration> = names
+            .iter()
+            .map(|n| {
+                pv_at
+                    .get(n)
+                    .unwrap_or(&bound_at[n])
+                    .saturating_duration_since(created[n])
+            })
+            .collect();
+        provisioned.sort();
         let last = names.iter().map(|n| bound_at[n]).max().unwrap_or(started);
         Phase {
             claims: names.len(),
             claims_per_s: names.len() as f64 / (last - started).as_secs_f64().max(1e-9),
             bound,
+            provisioned,
         }
     }
 }
@@ -535,15 +572,34 @@ impl Drop for Process {
     }
 }
 
-/// When each claim of a namespace was first seen Bound, and its volume.
+/// When each claim of a namespace was first seen Bound, and its volume;
+/// and when a PersistentVolume for it was first seen: the provisioner's own
+/// share of claim→Bound, before the PV binder's.
 struct Tracker {
     bound: Arc<Mutex<HashMap<String, Instant>>>,
     volumes: Arc<Mutex<HashMap<String, String>>>,
-    _task: tokio::task::JoinHandle<()>,
+    provisioned: Arc<Mutex<HashMap<String, Instant>>>,
+    _tasks: [tokio::task::JoinHandle<()>; 2],
 }
 
 impl Tracker {
     fn watch(client: Client, ns: &str) -> Self {
+        let provisioned: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+        let (p, namespace) = (provisioned.clone(), ns.to_owned());
+        let pvs: Api<PersistentVolume> = Api::all(client.clone());
+        let pv_task = tokio::spawn(async move {
+            let mut events = watcher(pvs, watcher::Config::default()).boxed();
+            while let Ok(Some(event)) = events.try_next().await {
+                let (watcher::Event::Apply(pv) | watcher::Event::InitApply(pv)) = event else {
+                    continue;
+                };
+                let claim = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
+                if let Some(c) = claim.filter(|c| c.namespace.as_deref() == Some(&namespace)) {
+                    let name = c.name.clone().unwrap_or_default();
+                    p.lock().unwrap().entry(name).or_insert_with(Instant::now);
+                }
+            }
+        });
         let api: Api<PersistentVolumeClaim> = Api::namespaced(client, ns);
         let bound: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
         let volumes: Arc<Mutex<HashMap<String, String>>> = Arc::default();
@@ -573,7 +629,8 @@ impl Tracker {
         Self {
             bound,
             volumes,
-            _task: task,
+            provisioned,
+            _tasks: [task, pv_task],
         }
     }
 
@@ -645,7 +702,12 @@ fn requests_of(cluster: &Cluster, user: &str) -> usize {
 
 /// User + system CPU of a process, in seconds.
 fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    cpu_seconds_of(Path::new(&format!("/proc/{pid}/stat")))
+}
+
+/// User + system CPU from a `/proc/…/stat` file, in seconds.
+fn cpu_seconds_of(path: &Path) -> f64 {
+    let stat = std::fs::read_to_string(path).unwrap_or_default();
     // Fields after the command (which may hold spaces) start past ')'.
     let fields: Vec<&str> = stat
         .rsplit_once(')')
@@ -660,6 +722,71 @@ fn cpu_seconds(pid: u32) -> f64 {
     // utime and stime are fields 14 and 15 of stat (11 and 12 past ')'),
     // in clock ticks: Linux's USER_HZ, 100 on every architecture it runs on.
     (ticks(11) + ticks(12)) / 100.0
+}
+
+/// User + system CPU seconds of each live thread of a process, by thread
+/// id: (name, seconds).
+fn thread_cpu_seconds(pid: u32) -> HashMap<u32, (String, f64)> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return HashMap::new();
+    };
+    tasks
+        .filter_map(|t| {
+            let t = t.ok()?;
+            let tid: u32 = t.file_name().to_str()?.parse().ok()?;
+            let name = std::fs::read_to_string(t.path().join("comm")).ok()?;
+            let cpu = cpu_seconds_of(&t.path().join("stat"));
+            Some((tid, (name.trim().to_owned(), cpu)))
+        })
+        .collect()
+}
+
+/// What each thread name used between two samples, largest first, with
+/// what threads gone by the second sample used as "exited threads".
+fn thread_cpu_delta(
+    before: &HashMap<u32, (String, f64)>,
+    after: &HashMap<u32, (String, f64)>,
+    total: f64,
+) -> Vec<(String, f64)> {
+    let mut by_name: HashMap<String, f64> = HashMap::new();
+    for (tid, (name, cpu)) in after {
+        let base = before.get(tid).map_or(0.0, |(_, c)| *c);
+        *by_name.entry(name.clone()).or_default() += cpu - base;
+    }
+    let live: f64 = by_name.values().sum();
+    if total - live > 0.005 {
+        by_name.insert("exited threads".into(), total - live);
+    }
+    let mut rows: Vec<(String, f64)> = by_name.into_iter().filter(|(_, c)| *c > 0.0).collect();
+    rows.sort_by(|a, b| b.1.total_cmp(&a.1));
+    rows
+}
+
+/// `perf record` attached to a contender for the measured window
+/// (`BENCH_PERF=DIR`): `perf report -i DIR/bench-N.perf.data` then shows
+/// where its CPU went.
+struct Profiler(Child);
+
+impl Profiler {
+    fn attach(pid: u32, out: &Path) -> Self {
+        std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+        let child = Command::new("perf")
+            .args(["record", "-F", "999", "-g", "-p", &pid.to_string(), "-o"])
+            .arg(out)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("BENCH_PERF is set but perf did not start: {e}"));
+        Self(child)
+    }
+
+    /// Stops recording (perf writes its file on SIGINT).
+    fn finish(mut self) {
+        let _ = Command::new("kill")
+            .args(["-INT", &self.0.id().to_string()])
+            .status();
+        let _ = self.0.wait();
+    }
 }
 
 /// The peak resident set of a process (VmHWM), in KiB.
@@ -686,13 +813,13 @@ fn print_table(results: &[(&Contender, Figures)]) {
         .find(|(c, _)| c.name == "go-library, equal limits")
         .map(|(_, f)| f);
     println!(
-        "\n| contender | API limits | burst: claims, claims/s to Bound | burst claim→Bound p50 / p99 / max | stream: offered/s, claims/s to Bound | stream claim→Bound p50 / p99 | delete→gone p50 / p99 | API requests per claim | CPU ms per claim | peak RSS |"
+        "\n| contender | API limits | burst: claims, claims/s to Bound | burst claim→Bound p50 / p99 / max | burst claim→PV created p50 / p99 | stream: offered/s, claims/s to Bound | stream claim→Bound p50 / p99 | stream claim→PV created p50 / p99 | delete→gone p50 / p99 | API requests per claim | CPU ms per claim | peak RSS |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     for (c, f) in results {
         let claims = (f.burst.claims + f.stream.claims) as f64;
         println!(
-            "| {} | {}/{} | {}, {:.1} | {:.2?} / {:.2?} / {:.2?} | {}, {:.1} | {:.2?} / {:.2?} | {:.2?} / {:.2?} | {:.1} | {:.2} | {:.0} MiB |",
+            "| {} | {}/{} | {}, {:.1} | {:.2?} / {:.2?} / {:.2?} | {:.2?} / {:.2?} | {}, {:.1} | {:.2?} / {:.2?} | {:.2?} / {:.2?} | {:.2?} / {:.2?} | {:.1} | {:.2} | {:.0} MiB |",
             c.name,
             c.qps,
             c.burst,
@@ -701,10 +828,14 @@ fn print_table(results: &[(&Contender, Figures)]) {
             percentile(&f.burst.bound, 0.5),
             percentile(&f.burst.bound, 0.99),
             f.burst.bound.last().copied().unwrap_or_default(),
+            percentile(&f.burst.provisioned, 0.5),
+            percentile(&f.burst.provisioned, 0.99),
             f.stream_rate,
             f.stream.claims_per_s,
             percentile(&f.stream.bound, 0.5),
             percentile(&f.stream.bound, 0.99),
+            percentile(&f.stream.provisioned, 0.5),
+            percentile(&f.stream.provisioned, 0.99),
             percentile(&f.gone, 0.5),
             percentile(&f.gone, 0.99),
             f.requests_per_claim,
@@ -714,18 +845,30 @@ fn print_table(results: &[(&Contender, Figures)]) {
     }
     if let Some(go) = reference {
         let p99 = |p: &Phase| percentile(&p.bound, 0.99).as_secs_f64();
+        let pv_p99 = |p: &Phase| percentile(&p.provisioned, 0.99).as_secs_f64();
         let cpu = |f: &Figures| f.cpu_s / (f.burst.claims + f.stream.claims) as f64;
         println!("\nRatios against the Go library at equal limits (same run):");
         for (c, f) in results {
             println!(
-                "  {:<32} burst throughput {:>5.2}x  burst p99 {:>5.2}x  stream p99 {:>5.2}x  CPU per claim {:>5.2}x",
+                "  {:<32} burst throughput {:>5.2}x  burst p99 {:>5.2}x  burst claim→PV p99 {:>5.2}x  stream p99 {:>5.2}x  CPU per claim {:>5.2}x",
                 c.name,
                 f.burst.claims_per_s / go.burst.claims_per_s,
                 p99(&f.burst) / p99(&go.burst),
+                pv_p99(&f.burst) / pv_p99(&go.burst),
                 p99(&f.stream) / p99(&go.stream),
                 cpu(f) / cpu(go),
             );
         }
+    }
+    println!("\nCPU ms per claim by thread:");
+    for (c, f) in results {
+        let claims = (f.burst.claims + f.stream.claims) as f64;
+        let rows: Vec<String> = f
+            .cpu_by_thread
+            .iter()
+            .map(|(name, s)| format!("{name} {:.2}", s * 1000.0 / claims))
+            .collect();
+        println!("  {:<32} {}", c.name, rows.join(", "));
     }
 }
 
