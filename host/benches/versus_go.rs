@@ -104,6 +104,8 @@ struct Figures {
     stream_rate: u32,
     gone: Vec<Duration>,
     requests_per_claim: f64,
+    /// The same by verb and resource ("create persistentvolumes", …).
+    requests_by_kind: Vec<(String, f64)>,
     cpu_s: f64,
     /// CPU seconds by thread name over the same window ("exited threads":
     /// what threads that ended before the window closed used).
@@ -423,7 +425,16 @@ async fn measure(
     if let Some(p) = profile {
         p.finish();
     }
-    let requests = requests_of(cluster, &user) - requests0;
+    let mut requests_by_kind: Vec<(String, f64)> = requests_of(cluster, &user)
+        .into_iter()
+        .map(|(kind, n)| {
+            let before = requests0.get(&kind).copied().unwrap_or(0);
+            (kind, (n - before) as f64 / names.len() as f64)
+        })
+        .filter(|(_, per_claim)| *per_claim > 0.0)
+        .collect();
+    requests_by_kind.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let requests: f64 = requests_by_kind.iter().map(|(_, n)| n).sum();
     let peak_rss_mib = peak_rss_kib(process.0.id()) as f64 / 1024.0;
     process.stop();
     Figures {
@@ -431,7 +442,8 @@ async fn measure(
         stream: stream_figures,
         stream_rate: rate,
         gone,
-        requests_per_claim: requests as f64 / names.len() as f64,
+        requests_per_claim: requests,
+        requests_by_kind,
         cpu_s: cpu,
         cpu_by_thread,
         peak_rss_mib,
@@ -692,12 +704,17 @@ async fn create_claim(api: &Api<PersistentVolumeClaim>, name: &str, class: &str)
     .await;
 }
 
-fn requests_of(cluster: &Cluster, user: &str) -> usize {
-    cluster
-        .audit_events()
-        .iter()
-        .filter(|e| e.user == user)
-        .count()
+/// The requests `user` made so far, by verb and resource.
+fn requests_of(cluster: &Cluster, user: &str) -> HashMap<String, usize> {
+    let mut by_kind = HashMap::new();
+    for e in cluster.audit_events().iter().filter(|e| e.user == user) {
+        let resource = match e.subresource.as_str() {
+            "" => e.resource.clone(),
+            sub => format!("{}/{sub}", e.resource),
+        };
+        *by_kind.entry(format!("{} {resource}", e.verb)).or_default() += 1;
+    }
+    by_kind
 }
 
 /// User + system CPU of a process, in seconds.
@@ -859,6 +876,15 @@ fn print_table(results: &[(&Contender, Figures)]) {
                 cpu(f) / cpu(go),
             );
         }
+    }
+    println!("\nAPI requests per claim by verb and resource:");
+    for (c, f) in results {
+        let rows: Vec<String> = f
+            .requests_by_kind
+            .iter()
+            .map(|(kind, n)| format!("{kind} {n:.2}"))
+            .collect();
+        println!("  {:<32} {}", c.name, rows.join(", "));
     }
     println!("\nCPU ms per claim by thread:");
     for (c, f) in results {
