@@ -310,9 +310,13 @@ impl PvController {
             Subresource::Status,
             COMPONENT,
             |c| {
+                // Capacity only as the claim becomes Bound: afterwards a
+                // resizer owns it (the PV controller's updateClaimStatus).
+                if phase(c) != "Bound" {
+                    objects::set_path(c, "status.capacity", capacity);
+                }
                 objects::set_path(c, "status.phase", json!("Bound"));
                 objects::set_path(c, "status.accessModes", modes);
-                objects::set_path(c, "status.capacity", capacity);
             },
         );
         let _ = claim;

@@ -536,20 +536,33 @@ impl Registry {
     fn prepare_update(&self, res: ResourceId, old: &Value, new: &mut Value, sub: Subresource) {
         let def = &RESOURCES[res];
         if sub == Subresource::Status {
-            // Status writes change status only (ResetObjectMetaForStatus + spec reset).
-            let status = new.get("status").cloned();
-            let managed = objects::meta(new)
-                .and_then(|m| m.get("managedFields"))
-                .cloned();
-            *new = old.clone();
-            if let Some(map) = new.as_object_mut() {
-                match status {
-                    Some(s) => map.insert("status".into(), s),
-                    None => map.remove("status"),
-                };
-            }
-            if let Some(mf) = managed {
-                objects::meta_mut(new).insert("managedFields".into(), mf);
+            if res == resources::PVC || res == resources::PV {
+                // Their status strategies only reset the spec (no
+                // ResetObjectMetaForStatus): a status write may also change
+                // labels and annotations, as external-resizer's does.
+                Self::carry_over_meta(old, new);
+                if let Some(map) = new.as_object_mut() {
+                    match old.get("spec") {
+                        Some(s) => map.insert("spec".into(), s.clone()),
+                        None => map.remove("spec"),
+                    };
+                }
+            } else {
+                // Status writes change status only (ResetObjectMetaForStatus + spec reset).
+                let status = new.get("status").cloned();
+                let managed = objects::meta(new)
+                    .and_then(|m| m.get("managedFields"))
+                    .cloned();
+                *new = old.clone();
+                if let Some(map) = new.as_object_mut() {
+                    match status {
+                        Some(s) => map.insert("status".into(), s),
+                        None => map.remove("status"),
+                    };
+                }
+                if let Some(mf) = managed {
+                    objects::meta_mut(new).insert("managedFields".into(), mf);
+                }
             }
             // The PV strategy stamps every phase change (GA since 1.31).
             if res == resources::PV
@@ -559,30 +572,7 @@ impl Registry {
             }
             return;
         }
-        let old_meta = objects::meta(old);
-        {
-            let m = objects::meta_mut(new);
-            for k in [
-                "uid",
-                "creationTimestamp",
-                "deletionTimestamp",
-                "deletionGracePeriodSeconds",
-                "namespace",
-                "name",
-                "generateName",
-            ] {
-                match old_meta.and_then(|om| om.get(k)) {
-                    Some(v) => m.insert(k.into(), v.clone()),
-                    None => m.remove(k),
-                };
-            }
-            m.remove("resourceVersion");
-            if !m.contains_key("managedFields") {
-                if let Some(mf) = old_meta.and_then(|om| om.get("managedFields")) {
-                    m.insert("managedFields".into(), mf.clone());
-                }
-            }
-        }
+        Self::carry_over_meta(old, new);
         if def.status_subresource {
             if let Some(map) = new.as_object_mut() {
                 match old.get("status") {
@@ -592,6 +582,32 @@ impl Registry {
             }
         }
         self.apply_defaults(res, new);
+    }
+
+    /// The metadata a write cannot change, from the stored object.
+    fn carry_over_meta(old: &Value, new: &mut Value) {
+        let old_meta = objects::meta(old);
+        let m = objects::meta_mut(new);
+        for k in [
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "namespace",
+            "name",
+            "generateName",
+        ] {
+            match old_meta.and_then(|om| om.get(k)) {
+                Some(v) => m.insert(k.into(), v.clone()),
+                None => m.remove(k),
+            };
+        }
+        m.remove("resourceVersion");
+        if !m.contains_key("managedFields") {
+            if let Some(mf) = old_meta.and_then(|om| om.get("managedFields")) {
+                m.insert("managedFields".into(), mf.clone());
+            }
+        }
     }
 
     // ---- delete ------------------------------------------------------------
