@@ -18,6 +18,11 @@
 #   go.mod                -> Go (wit-bindgen go, GOOS=wasip1 -buildmode=c-shared,
 #                            the WASI reactor adapter, wasm-tools component new)
 #
+# The contract: wit/provisioner.wit, world `provisioner`, unless the plugin
+# directory has a `wit` (e.g. a symlink to ../../wit/v0.1, the frozen 0.1.0)
+# or a `world` file (`resizable-provisioner` for plugins that grow volumes).
+# Rust plugins choose their world through the SDK's export macro instead.
+#
 # Toolchains: C needs the apt packages clang lld wasi-libc libclang-rt-dev-wasm32,
 # JavaScript needs node and npm, Python needs python3 with venv (`.ci/run`
 # installs them), Go needs Go >= 1.25 (`go` on PATH, else /usr/local/go/bin).
@@ -219,7 +224,16 @@ cargo_tool() {
     echo "$local_bin"
 }
 
-WIT_FILES=("$ROOT"/wit/*.wit)
+# The contract a plugin directory targets: its `wit` (a directory, usually a
+# symlink to an older version such as ../../wit/v0.1) or the repository's
+# wit/, and the world named in its `world` file or `provisioner` (plugins
+# that grow volumes say `resizable-provisioner`).
+plugin_wit() {
+    if [[ -e "$1/wit" ]]; then (cd "$1/wit" && pwd -P); else echo "$ROOT/wit"; fi
+}
+plugin_world() {
+    if [[ -f "$1/world" ]]; then tr -d '[:space:]' <"$1/world"; else echo provisioner; fi
+}
 
 # reactor_adapter OUT: writes the wasi_snapshot_preview1 reactor adapter of the
 # host's wasmtime release (crate wasi-preview1-component-adapter-provider, see
@@ -248,15 +262,16 @@ build_python() {
         "$venv/bin/pip" install -q "componentize-py==$COMPONENTIZE_PY_VERSION" >&2 ||
             die "pip install componentize-py==$COMPONENTIZE_PY_VERSION failed (see above)"
     fi
-    local dir name built stamp
+    local dir name built stamp wit world
     while IFS= read -r dir; do
         name="$(basename "$dir")"
         built="$WASM_BUILD_DIR/python/$name.wasm"
-        stamp="$(inputs_digest "componentize-py $COMPONENTIZE_PY_VERSION" "${WIT_FILES[@]}" $(find "$dir" -name '*.py' -not -path '*/__pycache__/*'))"
+        wit="$(plugin_wit "$dir")" world="$(plugin_world "$dir")"
+        stamp="$(inputs_digest "componentize-py $COMPONENTIZE_PY_VERSION $world" "$wit"/*.wit $(find "$dir" -name '*.py' -not -path '*/__pycache__/*'))"
         if ! up_to_date "$built" "$stamp"; then
             mkdir -p "$(dirname "$built")"
             [[ ${#QUIET[@]} -gt 0 ]] || echo "   Building Python plugin $name (componentize-py)" >&2
-            "$tool" -d "$ROOT/wit" -w provisioner componentize -p "$dir" app -o "$built.tmp" >"$built.log" 2>&1 ||
+            "$tool" -d "$wit" -w "$world" componentize -p "$dir" app -o "$built.tmp" >"$built.log" 2>&1 ||
                 { cat "$built.log" >&2; die "componentize-py failed for plugins/$name (see above)"; }
             mv -f "$built.tmp" "$built"
             echo "$stamp" >"$built.stamp"
@@ -284,17 +299,18 @@ build_javascript() {
         (cd "$prefix" && npm install -E --no-audit --no-fund --loglevel=error "@bytecodealliance/componentize-js@$COMPONENTIZE_JS_VERSION") >&2 ||
             die "npm install @bytecodealliance/componentize-js@$COMPONENTIZE_JS_VERSION failed (see above)"
     fi
-    local dir name built stamp
+    local dir name built stamp wit world
     while IFS= read -r dir; do
         name="$(basename "$dir")"
         built="$WASM_BUILD_DIR/javascript/$name.wasm"
-        stamp="$(inputs_digest "componentize-js $COMPONENTIZE_JS_VERSION $(node --version)" "${WIT_FILES[@]}" $(find "$dir" -name '*.js' -not -path '*/node_modules/*'))"
+        wit="$(plugin_wit "$dir")" world="$(plugin_world "$dir")"
+        stamp="$(inputs_digest "componentize-js $COMPONENTIZE_JS_VERSION $(node --version) $world" "$wit"/*.wit $(find "$dir" -name '*.js' -not -path '*/node_modules/*'))"
         if ! up_to_date "$built" "$stamp"; then
             mkdir -p "$(dirname "$built")"
             [[ ${#QUIET[@]} -gt 0 ]] || echo "   Building JavaScript plugin $name (componentize-js)" >&2
             # `-d http fetch-event`: no wasi:http import, which the sandbox
             # does not provide.
-            node "$cli" --wit "$ROOT/wit" -n provisioner -d http fetch-event -o "$built.tmp" "$dir/app.js" >"$built.log" 2>&1 ||
+            node "$cli" --wit "$wit" -n "$world" -d http fetch-event -o "$built.tmp" "$dir/app.js" >"$built.log" 2>&1 ||
                 { cat "$built.log" >&2; die "componentize-js failed for plugins/$name (see above)"; }
             mv -f "$built.tmp" "$built"
             echo "$stamp" >"$built.stamp"
@@ -320,29 +336,30 @@ build_c() {
     local adapter="$WASM_BUILD_DIR/c/wasi_snapshot_preview1.reactor.wasm"
     reactor_adapter "$adapter"
 
-    local bindings="$WASM_BUILD_DIR/c/bindings"
-    local bindings_stamp
-    bindings_stamp="$(inputs_digest "wit-bindgen $WIT_BINDGEN_VERSION" "${WIT_FILES[@]}")"
-    if ! up_to_date "$bindings/provisioner.h" "$bindings_stamp"; then
-        rm -rf "$bindings"
-        "$wit_bindgen" c "$ROOT/wit" --world provisioner --out-dir "$bindings" >/dev/null 2>&1 ||
-            die "wit-bindgen c failed for wit/ (see above)"
-        echo "$bindings_stamp" >"$bindings/provisioner.h.stamp"
-    fi
-
-    local dir name built stamp work sources
+    local dir name built stamp work sources wit world bindings bindings_stamp
     while IFS= read -r dir; do
         name="$(basename "$dir")"
         work="$WASM_BUILD_DIR/c/$name"
         built="$work/$name.wasm"
         sources=("$dir"/*.c)
-        stamp="$(inputs_digest "clang $(clang --version | head -n 1) $bindings_stamp $(sha256sum "$adapter" | cut -d' ' -f1)" "${WIT_FILES[@]}" "$dir"/*.[ch])"
+        wit="$(plugin_wit "$dir")" world="$(plugin_world "$dir")"
+        # The bindings of the plugin's world: <world>.h, .c and
+        # _component_type.o, with dashes as underscores.
+        bindings="$work/bindings"
+        bindings_stamp="$(inputs_digest "wit-bindgen $WIT_BINDGEN_VERSION $world" "$wit"/*.wit)"
+        if ! up_to_date "$bindings/${world//-/_}.h" "$bindings_stamp"; then
+            rm -rf "$bindings"
+            "$wit_bindgen" c "$wit" --world "$world" --out-dir "$bindings" >/dev/null 2>&1 ||
+                die "wit-bindgen c failed for ${wit#"$ROOT"/}, world $world (plugins/$name)"
+            echo "$bindings_stamp" >"$bindings/${world//-/_}.h.stamp"
+        fi
+        stamp="$(inputs_digest "clang $(clang --version | head -n 1) $bindings_stamp $(sha256sum "$adapter" | cut -d' ' -f1)" "$dir"/*.[ch])"
         if ! up_to_date "$built" "$stamp"; then
             mkdir -p "$work"
             [[ ${#QUIET[@]} -gt 0 ]] || echo "   Building C plugin $name (clang, wit-bindgen c)" >&2
             clang --target=wasm32-wasi -mexec-model=reactor -Os -Wall -Wextra -Werror \
                 -Wno-unused-parameter -I "$bindings" -I "$dir" -o "$work/core.wasm" \
-                "${sources[@]}" "$bindings/provisioner.c" "$bindings/provisioner_component_type.o" ||
+                "${sources[@]}" "$bindings/${world//-/_}.c" "$bindings/${world//-/_}_component_type.o" ||
                 die "clang failed for plugins/$name (see above)"
             "$wasm_tools" component new "$work/core.wasm" \
                 --adapt "wasi_snapshot_preview1=$adapter" -o "$built.tmp" ||
@@ -421,7 +438,7 @@ build_go() {
     local adapter="$WASM_BUILD_DIR/go/wasi_snapshot_preview1.reactor.wasm"
     reactor_adapter "$adapter"
 
-    local dir name work src built stamp sources out_dir
+    local dir name work src built stamp sources out_dir wit world
     while IFS= read -r dir; do
         name="$(basename "$dir")"
         case "$dir" in
@@ -431,8 +448,9 @@ build_go() {
         built="$work/$name.wasm"
         mapfile -t sources < <(cd "$dir" && find . -path ./conformance -prune -o -type f \
             \( -name '*.go' -o -name go.mod -o -name go.sum \) -print | LC_ALL=C sort)
-        stamp="$(inputs_digest "$go_version wit-bindgen $WIT_BINDGEN_GO_VERSION $(sha256sum "$adapter" | cut -d' ' -f1)" \
-            "${WIT_FILES[@]}" "${sources[@]/#./$dir}")"
+        wit="$(plugin_wit "$dir")" world="$(plugin_world "$dir")"
+        stamp="$(inputs_digest "$go_version wit-bindgen $WIT_BINDGEN_GO_VERSION $world $(sha256sum "$adapter" | cut -d' ' -f1)" \
+            "$wit"/*.wit "${sources[@]/#./$dir}")"
         if ! up_to_date "$built" "$stamp"; then
             [[ ${#QUIET[@]} -gt 0 ]] || echo "   Building Go plugin $name (wit-bindgen go, GOOS=wasip1)" >&2
             # A clean tree each time: the generated bindings, then the
@@ -440,8 +458,8 @@ build_go() {
             src="$work/src"
             rm -rf "$src"
             mkdir -p "$src"
-            "$wit_bindgen" go "$ROOT/wit" --world provisioner --out-dir "$src" >"$work/bindgen.log" 2>&1 ||
-                { cat "$work/bindgen.log" >&2; die "wit-bindgen go failed for wit/ (see above)"; }
+            "$wit_bindgen" go "$wit" --world "$world" --out-dir "$src" >"$work/bindgen.log" 2>&1 ||
+                { cat "$work/bindgen.log" >&2; die "wit-bindgen go failed for ${wit#"$ROOT"/}, world $world (see above)"; }
             (cd "$dir" && cp --parents "${sources[@]}" "$src/")
             (
                 cd "$src" &&
@@ -450,7 +468,7 @@ build_go() {
                     "$go_bin" build -trimpath -buildvcs=false -buildmode=c-shared -ldflags="-checklinkname=0 -s -w" \
                         -o "$work/core.wasm" .
             ) || die "go build failed for ${dir#"$ROOT"/} (see above)"
-            "$wasm_tools" component embed --world provisioner "$ROOT/wit" "$work/core.wasm" \
+            "$wasm_tools" component embed --world "$world" "$wit" "$work/core.wasm" \
                 -o "$work/embedded.wasm" ||
                 die "wasm-tools component embed failed for ${dir#"$ROOT"/} (see above)"
             "$wasm_tools" component new "$work/embedded.wasm" \

@@ -69,6 +69,9 @@ pub struct Metrics {
     pub delete_total: ClassCounter,
     pub delete_failed_total: ClassCounter,
     pub delete_duration: ClassHistogram,
+    pub resize_total: ClassCounter,
+    pub resize_failed_total: ClassCounter,
+    pub resize_duration: ClassHistogram,
     pub plugin_calls: Family<PluginResultLabels, Counter>,
     pub plugin_call_duration: Family<PluginCallLabels, Histogram, fn() -> Histogram>,
     /// 1 while this instance holds the leader lease (or runs without election).
@@ -140,6 +143,25 @@ impl Default for Metrics {
             "Latency in seconds to delete persistent volumes. Failed deletion attempts are ignored. Broken down by storage class name.",
             delete_duration.clone(),
         );
+        // The Go library has no resize; these follow its naming.
+        let resize_total = ClassCounter::default();
+        controller.register(
+            "persistentvolumeclaim_resize",
+            "Total number of persistent volumes grown successfully. Broken down by storage class name.",
+            resize_total.clone(),
+        );
+        let resize_failed_total = ClassCounter::default();
+        controller.register(
+            "persistentvolumeclaim_resize_failed",
+            "Total number of persistent volume resize failed attempts. Broken down by storage class name.",
+            resize_failed_total.clone(),
+        );
+        let resize_duration = ClassHistogram::new_with_constructor(go_library_buckets);
+        controller.register(
+            "persistentvolumeclaim_resize_duration_seconds",
+            "Latency in seconds to grow persistent volumes. Failed attempts are ignored. Broken down by storage class name.",
+            resize_duration.clone(),
+        );
         let wasmprov = registry.sub_registry_with_prefix("wasmprov");
         let plugin_calls = Family::default();
         wasmprov.register(
@@ -186,6 +208,9 @@ impl Default for Metrics {
             delete_total,
             delete_failed_total,
             delete_duration,
+            resize_total,
+            resize_failed_total,
+            resize_duration,
             plugin_calls,
             plugin_call_duration,
             leader,

@@ -2,7 +2,8 @@
 //! Kubernetes terms. It mirrors the Go library's `Provisioner` interface:
 //! `provision` turns a claim into a PersistentVolume, `delete` removes the
 //! storage of a released one, and a failed provision says what the backend may
-//! still be doing ([`ProvisionState`]).
+//! still be doing ([`ProvisionState`]). `resize` grows a bound volume, what
+//! the Go library leaves to CSI's external-resizer.
 
 use std::future::Future;
 
@@ -33,6 +34,20 @@ pub trait Provisioner: Send + Sync + 'static {
         pv: &PersistentVolume,
     ) -> impl Future<Output = Result<(), DeleteError>> + Send;
 
+    /// Grows the storage of a bound PersistentVolume to at least
+    /// `request.requested_bytes` (never called to shrink). Only called for
+    /// plugins whose [`PluginInfo::resize`] is true.
+    fn resize(
+        &self,
+        plugin: &str,
+        pv: &PersistentVolume,
+        request: &ResizeOptions,
+    ) -> impl Future<Output = Result<Resized, ResizeError>> + Send {
+        let _ = (pv, request);
+        let message = format!("plugin {plugin} cannot grow volumes");
+        async move { Err(ResizeError::new(ResizeState::Infeasible, message)) }
+    }
+
     /// Changes each time a plugin becomes usable (a version loads), so the
     /// lifecycle can look again at the claims and volumes that waited for
     /// it instead of at their next retry. None: plugins never change.
@@ -46,6 +61,58 @@ pub trait Provisioner: Send + Sync + 'static {
 pub struct PluginInfo {
     /// Whether it provisions `volumeMode: Block` claims.
     pub block_volumes: bool,
+    /// Whether it grows volumes (a Wasm plugin exporting `resizer`).
+    pub resize: bool,
+}
+
+/// What a claim now asks of its volume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResizeOptions {
+    /// `spec.resources.requests.storage` of the claim, in bytes.
+    pub requested_bytes: u64,
+    /// `spec.resources.limits.storage` of the claim, in bytes.
+    pub limit_bytes: Option<u64>,
+}
+
+/// A volume after a resize.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resized {
+    /// Its size now: the PersistentVolume's new `spec.capacity.storage`.
+    pub capacity_bytes: u64,
+    /// The filesystem on the node must still grow (the kubelet's part).
+    pub node_expansion_required: bool,
+}
+
+/// Why a volume did not grow (the resize states of the plugin contract).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResizeState {
+    /// Retry with backoff.
+    Failed,
+    /// The backend may still be growing it: keep the claim resizing, retry.
+    InBackground,
+    /// Nothing changed since the last attempt; retry quietly.
+    NoChange,
+    /// The size can never be reached (or a class parameter forbids it): the
+    /// claim is marked `ControllerResizeInfeasible` until the user asks for
+    /// another size.
+    Infeasible,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ResizeError {
+    pub state: ResizeState,
+    /// What failed, for which volume, and what to do: shown in claim events.
+    pub message: String,
+}
+
+impl ResizeError {
+    pub fn new(state: ResizeState, message: impl Into<String>) -> Self {
+        Self {
+            state,
+            message: message.into(),
+        }
+    }
 }
 
 /// The StorageClass parameter that names the plugin; the host consumes it and

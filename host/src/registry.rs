@@ -28,7 +28,7 @@ use crate::metrics::Metrics;
 use crate::policy::PolicySet;
 use crate::provisioner::{
     annotations, DeleteError, DeleteState, PluginInfo, ProvisionError, ProvisionOptions,
-    ProvisionState, Provisioner,
+    ProvisionState, Provisioner, ResizeError, ResizeOptions, ResizeState, Resized,
 };
 use crate::runtime::Runtime;
 use crate::wasm_provisioner::WasmProvisioner;
@@ -461,6 +461,7 @@ impl Provisioner for PluginRegistry {
     fn plugin(&self, plugin: &str) -> Result<PluginInfo, String> {
         self.serving_version(plugin).map(|p| PluginInfo {
             block_volumes: p.supports_block(),
+            resize: p.can_resize(),
         })
     }
 
@@ -486,6 +487,31 @@ impl Provisioner for PluginRegistry {
         };
         self.metrics
             .plugin_call(plugin, "provision", outcome, started.elapsed());
+        result
+    }
+
+    async fn resize(
+        &self,
+        plugin: &str,
+        pv: &PersistentVolume,
+        request: &ResizeOptions,
+    ) -> Result<Resized, ResizeError> {
+        let backend = self
+            .serving_version(plugin)
+            .map_err(|m| ResizeError::new(ResizeState::Failed, m))?;
+        let started = Instant::now();
+        let result = backend.resize(pv, request).await;
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(e) => match e.state {
+                ResizeState::Failed => "failed",
+                ResizeState::InBackground => "in-background",
+                ResizeState::NoChange => "no-change",
+                ResizeState::Infeasible => "infeasible",
+            },
+        };
+        self.metrics
+            .plugin_call(plugin, "resize", outcome, started.elapsed());
         result
     }
 

@@ -424,14 +424,31 @@ fn check_describes_a_good_plugin() {
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
     for want in [
-        "contract:      wasmprov:provisioner@0.1.0",
+        "contract:      wasmprov:provisioner@0.2.0 (supported by this host: 0.1.0, 0.2.0)",
         "digest:        sha256:",
-        "wasmprov:provisioner/plugin@0.1.0",
-        "wasmprov:provisioner/logging@0.1.0",
-        "block-volumes=false",
+        "wasmprov:provisioner/plugin@0.2.0",
+        "wasmprov:provisioner/resizer@0.2.0",
+        "wasmprov:provisioner/logging@0.2.0",
+        "block-volumes=false resize=true",
     ] {
         assert!(text.contains(want), "missing {want:?} in:\n{text}");
     }
+}
+
+/// `resize` is an optional export: a plugin of the current contract without
+/// it loads and says so.
+#[test]
+fn check_says_whether_a_plugin_grows_volumes() {
+    let misbehave = guest_path("misbehave");
+    let out = wasmprov(&["plugin", "check", misbehave.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("contract:      wasmprov:provisioner@0.2.0"),
+        "{text}"
+    );
+    assert!(text.contains("resize=false"), "{text}");
+    assert!(!text.contains("resizer@"), "{text}");
 }
 
 /// Files that are not plugins: each is refused before anything runs, with a

@@ -1581,6 +1581,18 @@ async fn the_host_calls_exactly_what_rbac_allows(server: Server, api_source: boo
     )
     .await;
 
+    // Growing a volume: the claim's status and the volume are patched.
+    let grow = json!({"spec": {"resources": {"requests": {"storage": "2Gi"}}}});
+    claims
+        .patch("kept", &PatchParams::default(), &Patch::Merge(&grow))
+        .await
+        .unwrap();
+    eventually("claim kept holds 2Gi", || async {
+        let status = claims.get("kept").await.ok()?.status?;
+        (status.capacity?.get("storage")?.0 == "2Gi").then_some(())
+    })
+    .await;
+
     // Reclaim (Delete): storage, volume and our finalizer go.
     claims
         .delete("demo", &DeleteParams::default())

@@ -135,6 +135,7 @@ struct Printed {
     export: String,
     create: String,
     get: String,
+    grow: String,
     delete: String,
 }
 
@@ -156,6 +157,7 @@ impl Printed {
             export: lines[find("export KUBECONFIG=")].to_owned(),
             create: lines[create..=eof].join("\n"),
             get: lines[find("kubectl get ")].to_owned(),
+            grow: lines[find("kubectl patch pvc ")].to_owned(),
             delete: lines[find("kubectl delete pvc ")].to_owned(),
         }
     }
@@ -220,6 +222,14 @@ fn dev_console_explains_claims_and_its_kubectl_lines_work() {
     ] {
         assert!(listed.contains(want), "missing {want:?} in:\n{listed}");
     }
+
+    // Grow: the hostpath plugin resizes it, and the console says so.
+    let patched = paste(&printed, &printed.grow);
+    assert!(
+        patched.contains("persistentvolumeclaim/mine patched"),
+        "{patched}"
+    );
+    dev.line("claim default/mine: grown to 2Gi (was 1Gi)");
 
     // A class whose plugin is mistyped: the console says why its claim waits.
     paste(

@@ -66,6 +66,9 @@ on_both_servers!(
     a_claim_deleted_after_no_change_still_has_its_storage_removed,
     the_storage_of_an_unsaved_volume_is_deleted_with_retries,
     the_volumes_of_a_replaced_go_provisioner_are_adopted_and_reclaimed,
+    a_claim_asking_for_more_gets_its_volume_grown,
+    a_plugin_that_cannot_grow_volumes_marks_the_expansion_infeasible,
+    an_infeasible_expansion_recovers_when_the_claim_asks_for_less,
 );
 
 /// A cluster (real or simulated, with one node) with a wasmprov host
@@ -470,7 +473,9 @@ async fn host(
         "plugins:\n  hostpath:\n    preopens: [{{host: {dir}, guest: /volumes, mode: read-write}}]\n    \
          output: {{sources: [hostPath], paths: [{dir}]}}\n  \
          misbehave:\n    preopens: [{{host: {dir}, guest: /data, mode: read-write}}]\n    \
-         output: {MISBEHAVE_OUTPUT}\n",
+         output: {MISBEHAVE_OUTPUT}\n  \
+         quota-dir:\n    preopens: [{{host: {dir}, guest: /volumes, mode: read-write}}]\n    \
+         output: {{sources: [hostPath], paths: [{dir}], annotationPrefixes: [quota-dir/]}}\n",
         dir = volumes.display()
     );
     let policies = PolicySet::parse(&policy, Path::new("policy.yaml")).unwrap();
@@ -2247,4 +2252,217 @@ async fn a_claim_in_progress_costs_few_requests_and_plugin_calls() {
         "{} GETs of the deleted claim",
         claim_gets()
     );
+}
+
+/// The size in bytes of a quantity (`status.capacity.storage`, …).
+fn storage_bytes(
+    map: Option<
+        &std::collections::BTreeMap<
+            String,
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+        >,
+    >,
+) -> Option<u64> {
+    wasmprov::quantity::parse_bytes(&map?.get("storage")?.0).ok()
+}
+
+/// What a user does to grow a claim: `kubectl patch pvc`.
+fn ask_for(c: &Cluster, claim: &str, size: &str) {
+    let patch = format!(r#"{{"spec":{{"resources":{{"requests":{{"storage":"{size}"}}}}}}}}"#);
+    c.api
+        .kubectl(&["patch", "pvc", claim, "-n", "default", "-p", &patch]);
+}
+
+async fn a_claim_asking_for_more_gets_its_volume_grown(server: Server) {
+    let c = Cluster::start(server, &[hostpath()]).await;
+    c.hostpath_class(
+        "growable",
+        serde_json::json!({"allowVolumeExpansion": true}),
+    )
+    .await;
+    c.claim("data", "growable", serde_json::json!({})).await;
+    let pv = c.bound_volume("data").await;
+
+    ask_for(&c, "data", "2Gi");
+    // Done when the claim shows the new size; what `kubectl get pvc` shows.
+    let claims = c.claims();
+    let claim = eventually("claim data holds 2Gi", || async {
+        let claim = claims.get("data").await.ok()?;
+        let capacity = storage_bytes(claim.status.as_ref()?.capacity.as_ref())?;
+        (capacity == 2 << 30).then_some(claim)
+    })
+    .await;
+    let grown = c.volumes().get(&pv.name_any()).await.unwrap();
+    assert_eq!(
+        storage_bytes(grown.spec.as_ref().unwrap().capacity.as_ref()),
+        Some(2 << 30),
+        "the volume's capacity"
+    );
+    assert!(host_path(&grown).is_dir(), "the storage is still there");
+    let status = claim.status.as_ref().unwrap();
+    assert_eq!(
+        storage_bytes(status.allocated_resources.as_ref()),
+        Some(2 << 30)
+    );
+    assert!(
+        status
+            .allocated_resource_statuses
+            .as_ref()
+            .is_none_or(|s| !s.contains_key("storage")),
+        "the expansion is over: {status:?}"
+    );
+    assert!(
+        status
+            .conditions
+            .iter()
+            .flatten()
+            .all(|c| c.type_ != "Resizing"),
+        "no Resizing condition left: {status:?}"
+    );
+    let ann = claim.annotations();
+    assert_eq!(ann["volume.kubernetes.io/storage-resizer"], PROVISIONER);
+    assert_eq!(
+        ann["volume.kubernetes.io/node-expansion-not-required"],
+        "true"
+    );
+    c.event("data", "Resizing", &pv.name_any()).await;
+    c.event("data", "VolumeResizeSuccessful", "2Gi").await;
+    // Counted once the claim is done: a moment after it shows the size.
+    for want in [
+        "controller_persistentvolumeclaim_resize_total{class=\"growable\"} 1",
+        "wasmprov_plugin_calls_total{plugin=\"hostpath\",call=\"resize\",result=\"ok\"} 1",
+    ] {
+        eventually(&format!("metric {want}"), || async {
+            c.metrics.encode().contains(want).then_some(())
+        })
+        .await;
+    }
+}
+
+/// A plugin without the `resizer` export (misbehave, like every plugin of
+/// contract 0.1) cannot grow volumes: the claim says why, in its events and
+/// its status, and nothing else changes.
+async fn a_plugin_that_cannot_grow_volumes_marks_the_expansion_infeasible(server: Server) {
+    let c = Cluster::start(server, &[misbehave()]).await;
+    c.class(
+        "fixed",
+        &[("plugin", "misbehave"), ("behavior", "ok")],
+        serde_json::json!({"allowVolumeExpansion": true}),
+    )
+    .await;
+    c.claim("data", "fixed", serde_json::json!({})).await;
+    let pv = c.bound_volume("data").await;
+
+    ask_for(&c, "data", "2Gi");
+    let event = c
+        .event("data", "VolumeResizeFailed", "cannot grow volumes")
+        .await;
+    let message = event.message.unwrap_or_default();
+    assert!(message.contains("allowVolumeExpansion: false"), "{message}");
+    let claims = c.claims();
+    let status = eventually("the expansion is marked infeasible", || async {
+        let status = claims.get("data").await.ok()?.status?;
+        let state = status
+            .allocated_resource_statuses
+            .as_ref()?
+            .get("storage")?;
+        (state == "ControllerResizeInfeasible").then_some(status)
+    })
+    .await;
+    assert_eq!(storage_bytes(status.capacity.as_ref()), Some(1 << 30));
+    let error = status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "ControllerResizeError")
+        .expect("a ControllerResizeError condition");
+    assert!(
+        error
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("cannot grow volumes"),
+        "{error:?}"
+    );
+    let volume = c.volumes().get(&pv.name_any()).await.unwrap();
+    assert_eq!(
+        storage_bytes(volume.spec.as_ref().unwrap().capacity.as_ref()),
+        Some(1 << 30)
+    );
+}
+
+/// Kubernetes' recovery from a failed expansion: quota-dir refuses a size
+/// over its class's `maxBytes` (infeasible); the user asks for less (still
+/// more than the claim holds, which the API server allows then), and the
+/// host grows the volume to that.
+async fn an_infeasible_expansion_recovers_when_the_claim_asks_for_less(server: Server) {
+    let c = Cluster::start(server, &[("quota-dir", plugin_path("quota-dir"))]).await;
+    let root = c.volumes_dir.path().display().to_string();
+    c.class(
+        "capped",
+        &[
+            ("plugin", "quota-dir"),
+            ("hostRoot", &root),
+            ("maxBytes", "3221225472"),
+        ],
+        serde_json::json!({"allowVolumeExpansion": true}),
+    )
+    .await;
+    c.claim("data", "capped", serde_json::json!({})).await;
+    let pv = c.bound_volume("data").await;
+    let quota = host_path(&pv).join(".quota");
+
+    ask_for(&c, "data", "10Gi");
+    c.event("data", "VolumeResizeFailed", "maxBytes").await;
+    let claims = c.claims();
+    let state = |claim: &PersistentVolumeClaim| {
+        claim
+            .status
+            .as_ref()
+            .and_then(|s| s.allocated_resource_statuses.as_ref())
+            .and_then(|s| s.get("storage").cloned())
+    };
+    let infeasible = eventually("the expansion is marked infeasible", || async {
+        let claim = claims.get("data").await.ok()?;
+        (state(&claim).as_deref() == Some("ControllerResizeInfeasible")).then_some(claim)
+    })
+    .await;
+    assert_eq!(
+        storage_bytes(
+            infeasible
+                .status
+                .as_ref()
+                .unwrap()
+                .allocated_resources
+                .as_ref()
+        ),
+        Some(10 << 30)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&quota).unwrap().trim(),
+        (1u64 << 30).to_string()
+    );
+
+    ask_for(&c, "data", "2Gi");
+    let claim = eventually("claim data holds 2Gi", || async {
+        let claim = claims.get("data").await.ok()?;
+        let capacity = storage_bytes(claim.status.as_ref()?.capacity.as_ref())?;
+        (capacity == 2 << 30).then_some(claim)
+    })
+    .await;
+    assert_eq!(state(&claim), None, "the expansion is over");
+    let status = claim.status.as_ref().unwrap();
+    assert!(
+        status
+            .conditions
+            .iter()
+            .flatten()
+            .all(|c| c.type_ != "ControllerResizeError"),
+        "{status:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&quota).unwrap().trim(),
+        (2u64 << 30).to_string()
+    );
+    c.event("data", "VolumeResizeSuccessful", "2Gi").await;
 }

@@ -2,11 +2,18 @@
 // <hostRoot>/<pv-name> holding a `.quota` file with the volume's size in
 // bytes, for a node agent (or an XFS/ext4 project-quota job) to enforce. The
 // plugin works through a read-write preopen of hostRoot at `root` (default
-// /volumes) and returns a hostPath source.
+// /volumes) and returns a hostPath source. It targets the
+// `resizable-provisioner` world: `resize` grows a volume's `.quota`.
 //
 // Class parameters: hostRoot (required), root (default /volumes), maxBytes
-// (optional upper bound per volume, in bytes). Unknown parameters are
-// rejected. See plugins/README.md.
+// (optional upper bound per volume, in bytes), poolBytes (optional upper
+// bound of the sum of the `.quota` of every volume directory under hostRoot,
+// in bytes: a claim or a resize that would take the pool past it is refused).
+// Unknown parameters are rejected. See plugins/README.md.
+//
+// The pool is checked before and again after writing a `.quota`: two calls
+// that race for the last bytes of the pool cannot both win (the loser undoes
+// its write and answers `failed`, so the host retries it).
 
 #include <dirent.h>
 #include <errno.h>
@@ -19,7 +26,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "provisioner.h"
+#include "resizable_provisioner.h"
 
 #define PLUGIN "quota-dir"
 #define DEFAULT_ROOT "/volumes"
@@ -30,8 +37,8 @@
 #define MAX_NAME 253
 #define MSG 1536
 
-typedef provisioner_string_t str_t;
-typedef provisioner_list_tuple2_string_string_t map_t;
+typedef resizable_provisioner_string_t str_t;
+typedef resizable_provisioner_list_tuple2_string_string_t map_t;
 
 // --- small helpers -------------------------------------------------------
 
@@ -65,15 +72,15 @@ static void set_str(str_t *out, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    provisioner_string_dup(out, buf);
+    resizable_provisioner_string_dup(out, buf);
 }
 
 static void info(const char *message, const char *key, const char *value) {
     str_t msg;
-    provisioner_tuple2_string_string_t field;
-    provisioner_string_set(&msg, message);
-    provisioner_string_set(&field.f0, key);
-    provisioner_string_set(&field.f1, value);
+    resizable_provisioner_tuple2_string_string_t field;
+    resizable_provisioner_string_set(&msg, message);
+    resizable_provisioner_string_set(&field.f0, key);
+    resizable_provisioner_string_set(&field.f1, value);
     map_t fields = {&field, 1};
     wasmprov_provisioner_logging_log(WASMPROV_PROVISIONER_LOGGING_LEVEL_INFO, &msg, &fields);
 }
@@ -130,10 +137,33 @@ static bool is_dir(const char *path) {
 typedef struct {
     char *host_root;
     char *root;
-    unsigned long long max_bytes;  // 0: no limit
+    unsigned long long max_bytes;   // 0: no limit
+    unsigned long long pool_bytes;  // 0: no limit
 } params_t;
 
-static const char *const KNOWN[] = {"hostRoot", "root", "maxBytes"};
+static const char *const KNOWN[] = {"hostRoot", "root", "maxBytes", "poolBytes"};
+
+// Parses the optional byte count `key` into *out (left at 0 when not set);
+// on error writes a message to `msg` and returns false.
+static bool parse_bytes(const map_t *map, const char *key, const char *what,
+                        unsigned long long *out, char *msg) {
+    *out = 0;
+    char *text = lookup(map, key);
+    if (text == NULL) return true;
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(text, &end, 10);
+    bool ok = text[0] >= '0' && text[0] <= '9' && *end == 0 && errno == 0 && v != 0;
+    if (!ok)
+        snprintf(msg, MSG,
+                 "class parameter \"%s\" is \"%s\": it must be a positive number of bytes (%s), "
+                 "e.g. \"10737418240\" for 10Gi",
+                 key, text, what);
+    else
+        *out = v;
+    free(text);
+    return ok;
+}
 
 // Parses class parameters; on error writes a message to `msg` and returns false.
 static bool parse_params(const map_t *map, bool strict, params_t *p, char *msg) {
@@ -145,8 +175,8 @@ static bool parse_params(const map_t *map, bool strict, params_t *p, char *msg) 
             if (!known) {
                 snprintf(msg, MSG,
                          "unknown class parameter \"%.*s\": the " PLUGIN
-                         " plugin accepts only \"hostRoot\", \"root\", \"maxBytes\" "
-                         "(parameter names are case-sensitive)",
+                         " plugin accepts only \"hostRoot\", \"root\", \"maxBytes\", "
+                         "\"poolBytes\" (parameter names are case-sensitive)",
                          (int)map->ptr[i].f0.len, (const char *)map->ptr[i].f0.ptr);
                 return false;
             }
@@ -176,24 +206,9 @@ static bool parse_params(const map_t *map, bool strict, params_t *p, char *msg) 
                  p->root);
         return false;
     }
-    p->max_bytes = 0;
-    char *max = lookup(map, "maxBytes");
-    if (max != NULL) {
-        char *end = NULL;
-        errno = 0;
-        unsigned long long v = strtoull(max, &end, 10);
-        if (max[0] < '0' || max[0] > '9' || *end != 0 || errno != 0 || v == 0) {
-            snprintf(msg, MSG,
-                     "class parameter \"maxBytes\" is \"%s\": it must be a positive number "
-                     "of bytes, e.g. \"10737418240\" for 10Gi",
-                     max);
-            free(max);
-            return false;
-        }
-        p->max_bytes = v;
-        free(max);
-    }
-    return true;
+    return parse_bytes(map, "maxBytes", "the largest volume of the class", &p->max_bytes, msg) &&
+           parse_bytes(map, "poolBytes", "the most all volumes under hostRoot may hold together",
+                       &p->pool_bytes, msg);
 }
 
 static const char *hint(const params_t *p) {
@@ -205,7 +220,14 @@ static const char *hint(const params_t *p) {
     return buf;
 }
 
-// --- provision -------------------------------------------------------------
+// --- quota files and the pool ------------------------------------------------
+
+// `bytes` rounded up to whole MiB (GRANULARITY); false if that overflows.
+static bool round_up(unsigned long long bytes, unsigned long long *out) {
+    if (bytes > ~0ull - GRANULARITY) return false;
+    *out = (bytes + GRANULARITY - 1) / GRANULARITY * GRANULARITY;
+    return true;
+}
 
 // Writes the quota file atomically (temporary file, then rename), unless it
 // already holds exactly this size.
@@ -235,9 +257,145 @@ static int write_quota(const char *dir, unsigned long long bytes) {
     return err;
 }
 
+// Reads `<dir>/.quota` (`shown` is the directory as messages name it): 1 with
+// *bytes when it holds a size, 0 when there is none, -1 when it cannot be
+// read or holds something else (then `msg` says what and what to do).
+static int read_quota(const char *dir, const char *shown, unsigned long long *bytes, char *msg) {
+    *bytes = 0;
+    char *path = join(dir, QUOTA_FILE);
+    int fd = open(path, O_RDONLY);
+    free(path);
+    if (fd < 0) {
+        if (errno == ENOENT || errno == ENOTDIR) return 0;
+        snprintf(msg, MSG, "read %s/" QUOTA_FILE ": %s", shown, strerror(errno));
+        return -1;
+    }
+    char buf[32];
+    ssize_t got = read(fd, buf, sizeof buf - 1);
+    int e = errno;
+    close(fd);
+    if (got < 0) {
+        snprintf(msg, MSG, "read %s/" QUOTA_FILE ": %s", shown, strerror(e));
+        return -1;
+    }
+    size_t n = (size_t)got;
+    buf[n] = 0;
+    if (n > 0 && buf[n - 1] == '\n') buf[--n] = 0;
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(buf, &end, 10);
+    if (n == 0 || buf[0] < '0' || buf[0] > '9' || *end != 0 || errno != 0) {
+        snprintf(msg, MSG,
+                 "%s/" QUOTA_FILE " does not hold a size in bytes; write the volume's size into "
+                 "it (a decimal number of bytes, as the " PLUGIN " plugin writes it)",
+                 shown);
+        return -1;
+    }
+    *bytes = v;
+    return 1;
+}
+
+// Puts a volume's quota file back as it was before this call wrote it: the
+// size `before`, or no file when it had none.
+static void restore_quota(const char *dir, bool had, unsigned long long before) {
+    if (had) {
+        write_quota(dir, before);
+    } else {
+        char *path = join(dir, QUOTA_FILE);
+        unlink(path);
+        free(path);
+    }
+}
+
+static unsigned long long add_sat(unsigned long long a, unsigned long long b) {
+    return a > ~0ull - b ? ~0ull : a + b;
+}
+
+// The sum of the quotas of every volume directory under the root, except
+// `skip` (NULL: none), in *total. Entries without a quota file are not
+// volumes and count for nothing. False, with `msg`, when the root or a quota
+// file cannot be read.
+static bool pool_usage(const params_t *p, const char *skip, unsigned long long *total, char *msg) {
+    char why[MSG];
+    *total = 0;
+    DIR *d = opendir(p->root);
+    if (d == NULL) {
+        snprintf(msg, MSG,
+                 "cannot add up the quotas under hostRoot %s (poolBytes): list %s: %s; %s",
+                 p->host_root, p->root, strerror(errno), hint(p));
+        return false;
+    }
+    bool ok = true;
+    struct dirent *entry;
+    while (ok && (entry = readdir(d)) != NULL) {
+        // Volume directories are DNS names: never hidden.
+        if (entry->d_name[0] == '.' || (skip != NULL && strcmp(entry->d_name, skip) == 0)) continue;
+        char *dir = join(p->root, entry->d_name);
+        if (is_dir(dir)) {
+            char *shown = join(p->host_root, entry->d_name);
+            unsigned long long bytes;
+            int r = read_quota(dir, shown, &bytes, why);
+            if (r < 0) {
+                snprintf(msg, MSG,
+                         "cannot add up the quotas under hostRoot %s (poolBytes): %s", p->host_root,
+                         why);
+                ok = false;
+            }
+            if (r > 0) *total = add_sat(*total, bytes);
+            free(shown);
+        }
+        free(dir);
+    }
+    closedir(d);
+    return ok;
+}
+
+typedef enum { POOL_FITS, POOL_FULL, POOL_UNKNOWN } pool_check_t;
+
+// Whether volume `pv` may hold `capacity` bytes next to the quotas of the
+// other volumes under the root (their sum in *others). POOL_UNKNOWN: they
+// could not be read (`msg` says why).
+static pool_check_t pool_check(const params_t *p, const char *pv, unsigned long long capacity,
+                               unsigned long long *others, char *msg) {
+    *others = 0;
+    if (p->pool_bytes == 0) return POOL_FITS;
+    if (!pool_usage(p, pv, others, msg)) return POOL_UNKNOWN;
+    return add_sat(*others, capacity) > p->pool_bytes ? POOL_FULL : POOL_FITS;
+}
+
+// After writing a quota: whether the pool still holds every quota (two calls
+// may have checked at the same time). False with `msg` when it does not.
+static bool pool_recheck(const params_t *p, char *msg) {
+    unsigned long long total;
+    if (p->pool_bytes == 0) return true;
+    if (!pool_usage(p, NULL, &total, msg)) return false;
+    if (total <= p->pool_bytes) return true;
+    snprintf(msg, MSG,
+             "another volume took space in the pool under hostRoot %s at the same time: the "
+             "volumes would hold %llu bytes, more than poolBytes of %llu",
+             p->host_root, total, p->pool_bytes);
+    return false;
+}
+
+static unsigned long long pool_free(const params_t *p, unsigned long long others) {
+    return others >= p->pool_bytes ? 0 : p->pool_bytes - others;
+}
+
+// "request at most N bytes, " when N, the free space of the pool rounded
+// down to the granularity, is more than 0.
+static const char *ask_less(const params_t *p, unsigned long long others) {
+    static char buf[64];
+    unsigned long long fits = pool_free(p, others) / GRANULARITY * GRANULARITY;
+    if (fits == 0) return "";
+    snprintf(buf, sizeof buf, "request at most %llu bytes, ", fits);
+    return buf;
+}
+
+// --- provision -------------------------------------------------------------
+
 static bool invalid(exports_wasmprov_provisioner_plugin_provision_error_t *err, const char *msg) {
     err->tag = WASMPROV_PROVISIONER_TYPES_PROVISION_ERROR_INVALID_ARGUMENT;
-    provisioner_string_dup(&err->val.invalid_argument, msg);
+    resizable_provisioner_string_dup(&err->val.invalid_argument, msg);
     return false;
 }
 
@@ -273,9 +431,9 @@ bool exports_wasmprov_provisioner_plugin_provision(
                  pv ? pv : "(contains NUL)");
         return invalid(err, msg);
     }
-    unsigned long long capacity = claim->requested_bytes;
-    if (capacity > ~0ull - GRANULARITY) return invalid(err, "the claim's size is too large");
-    capacity = (capacity + GRANULARITY - 1) / GRANULARITY * GRANULARITY;
+    unsigned long long capacity;
+    if (!round_up(claim->requested_bytes, &capacity))
+        return invalid(err, "the claim's size is too large");
     if (p.max_bytes != 0 && capacity > p.max_bytes) {
         snprintf(msg, MSG,
                  "the claim asks for %llu bytes (%llu with the 1Mi quota granularity), more than "
@@ -283,9 +441,44 @@ bool exports_wasmprov_provisioner_plugin_provision(
                  (unsigned long long)claim->requested_bytes, capacity, p.max_bytes);
         return invalid(err, msg);
     }
+    if (p.pool_bytes != 0 && capacity > p.pool_bytes) {
+        snprintf(msg, MSG,
+                 "the claim asks for %llu bytes (%llu with the 1Mi quota granularity), more than "
+                 "the whole pool of this class (poolBytes of %llu); request less or use another "
+                 "class",
+                 (unsigned long long)claim->requested_bytes, capacity, p.pool_bytes);
+        return invalid(err, msg);
+    }
 
     char *dir = join(p.root, pv);
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+    char *host_dir = join(p.host_root, pv);
+    // The pool: the other volumes' quotas plus this one must fit. A full
+    // pool is not a bad request: it frees up as volumes are deleted, so the
+    // host retries (failed, with backoff).
+    unsigned long long others;
+    switch (pool_check(&p, pv, capacity, &others, msg)) {
+    case POOL_FITS:
+        break;
+    case POOL_UNKNOWN:
+        err->tag = WASMPROV_PROVISIONER_TYPES_PROVISION_ERROR_FAILED;
+        set_str(&err->val.failed, "cannot provision volume %s: %s", pv, msg);
+        return false;
+    case POOL_FULL:
+        err->tag = WASMPROV_PROVISIONER_TYPES_PROVISION_ERROR_FAILED;
+        set_str(&err->val.failed,
+                "cannot provision volume %s: the pool under hostRoot %s is full: its other "
+                "volumes hold %llu bytes of this class's poolBytes of %llu, %llu bytes are free, "
+                "and the claim needs %llu (%llu requested, rounded up to whole MiB); %sdelete "
+                "volumes that are no longer needed or raise poolBytes",
+                pv, p.host_root, others, p.pool_bytes, pool_free(&p, others), capacity,
+                (unsigned long long)claim->requested_bytes, ask_less(&p, others));
+        return false;
+    }
+    unsigned long long before = 0;
+    bool had_quota = p.pool_bytes != 0 && read_quota(dir, host_dir, &before, msg) > 0;
+
+    bool created = mkdir(dir, 0755) == 0;
+    if (!created && errno != EEXIST) {
         err->tag = WASMPROV_PROVISIONER_TYPES_PROVISION_ERROR_FAILED;
         set_str(&err->val.failed, "create %s: %s; %s", dir, strerror(errno), hint(&p));
         return false;
@@ -302,7 +495,14 @@ bool exports_wasmprov_provisioner_plugin_provision(
         set_str(&err->val.failed, "write %s/" QUOTA_FILE ": %s; %s", dir, strerror(e), hint(&p));
         return false;
     }
-    char *host_dir = join(p.host_root, pv);
+    if (!pool_recheck(&p, msg)) {
+        restore_quota(dir, had_quota, before);
+        if (created) rmdir(dir);
+        err->tag = WASMPROV_PROVISIONER_TYPES_PROVISION_ERROR_FAILED;
+        set_str(&err->val.failed, "cannot provision volume %s: %s; nothing was kept, the host "
+                                  "retries", pv, msg);
+        return false;
+    }
     info("volume directory ready", "path", host_dir);
 
     memset(ret, 0, sizeof *ret);
@@ -311,7 +511,7 @@ bool exports_wasmprov_provisioner_plugin_provision(
     ret->annotations.len = 1;
     ret->annotations.ptr = calloc(1, sizeof *ret->annotations.ptr);
     if (ret->annotations.ptr == NULL) abort();
-    provisioner_string_dup(&ret->annotations.ptr[0].f0, QUOTA_ANNOTATION);
+    resizable_provisioner_string_dup(&ret->annotations.ptr[0].f0, QUOTA_ANNOTATION);
     set_str(&ret->annotations.ptr[0].f1, "%llu", capacity);
     return true;
 }
@@ -339,9 +539,20 @@ static int remove_tree(const char *path) {
     return e;
 }
 
+// Whether a volume source (JSON) is a hostPath at exactly `host_dir`.
+static bool source_is(const str_t *json, const char *host_dir) {
+    char needle[MSG];
+    snprintf(needle, sizeof needle, "\"path\":\"%s\"", host_dir);
+    char *source = cstr(json);
+    bool ok = source != NULL && strstr(source, "\"hostPath\"") != NULL &&
+              strstr(source, needle) != NULL;
+    free(source);
+    return ok;
+}
+
 static bool delete_failed(exports_wasmprov_provisioner_plugin_delete_error_t *err, const char *msg) {
     err->tag = WASMPROV_PROVISIONER_TYPES_DELETE_ERROR_FAILED;
-    provisioner_string_dup(&err->val.failed, msg);
+    resizable_provisioner_string_dup(&err->val.failed, msg);
     return false;
 }
 
@@ -359,10 +570,7 @@ bool exports_wasmprov_provisioner_plugin_delete(
     if (pv == NULL || !good_pv_name(pv)) return delete_failed(err, "refusing to delete: invalid volume name");
     // The source must name exactly <hostRoot>/<pv>: never delete anything else.
     char *host_dir = join(p.host_root, pv);
-    char needle[MSG];
-    snprintf(needle, sizeof needle, "\"path\":\"%s\"", host_dir);
-    char *source = cstr(&request->source);
-    if (source == NULL || strstr(source, "\"hostPath\"") == NULL || strstr(source, needle) == NULL) {
+    if (!source_is(&request->source, host_dir)) {
         snprintf(msg, MSG,
                  "refusing to delete volume %s: its source is not a hostPath at %s, where "
                  "hostRoot=%s puts it; nothing was removed",
@@ -391,4 +599,144 @@ bool exports_wasmprov_provisioner_plugin_delete(
 void exports_wasmprov_provisioner_plugin_capabilities(
     exports_wasmprov_provisioner_plugin_plugin_capabilities_t *ret) {
     ret->block_volumes = false;
+}
+
+// --- resize ------------------------------------------------------------------
+
+typedef exports_wasmprov_provisioner_resizer_resize_error_t resize_error_t;
+
+__attribute__((format(printf, 3, 4)))
+static bool resize_error(resize_error_t *err, uint8_t tag, const char *fmt, ...) {
+    char buf[MSG];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    err->tag = tag;
+    str_t *out;
+    switch (tag) {
+    case WASMPROV_PROVISIONER_TYPES_RESIZE_ERROR_INVALID_ARGUMENT:
+        out = &err->val.invalid_argument;
+        break;
+    case WASMPROV_PROVISIONER_TYPES_RESIZE_ERROR_INFEASIBLE:
+        out = &err->val.infeasible;
+        break;
+    default:
+        err->tag = WASMPROV_PROVISIONER_TYPES_RESIZE_ERROR_FAILED;
+        out = &err->val.failed;
+    }
+    resizable_provisioner_string_dup(out, buf);
+    return false;
+}
+
+// The most a volume of `current` bytes can be asked to hold when `bound`
+// bytes are allowed: `bound` rounded down to the granularity, but never
+// less than what it holds already (asking for that always succeeds).
+static unsigned long long room(unsigned long long bound, unsigned long long current) {
+    unsigned long long fits = bound / GRANULARITY * GRANULARITY;
+    return fits > current ? fits : current;
+}
+
+#define RESIZE_FAILED WASMPROV_PROVISIONER_TYPES_RESIZE_ERROR_FAILED
+#define RESIZE_INVALID WASMPROV_PROVISIONER_TYPES_RESIZE_ERROR_INVALID_ARGUMENT
+#define RESIZE_INFEASIBLE WASMPROV_PROVISIONER_TYPES_RESIZE_ERROR_INFEASIBLE
+// Where the parameters a resize works with come from.
+#define RECORDED "the class parameters the volume was provisioned with, recorded in its " \
+                 "wasmprov.io/parameters annotation"
+
+// Grows a volume's quota to the request rounded up to whole MiB; never
+// shrinks it (a quota that is already large enough is a success, with its
+// size). maxBytes and poolBytes bound it as they bound provisioning; the
+// claim's limit is not consulted, as when provisioning.
+bool exports_wasmprov_provisioner_resizer_resize(
+    exports_wasmprov_provisioner_resizer_resize_request_t *request,
+    exports_wasmprov_provisioner_resizer_resized_volume_t *ret,
+    resize_error_t *err) {
+    char why[MSG];
+    params_t p;
+    wasmprov_provisioner_types_delete_request_t *volume = &request->volume;
+    char *pv = cstr(&volume->pv_name);
+    if (!parse_params(&volume->parameters, false, &p, why))
+        return resize_error(err, RESIZE_INVALID,
+                            "cannot grow volume %s: %s; fix it in " RECORDED, pv ? pv : "?", why);
+    if (pv == NULL || !good_pv_name(pv))
+        return resize_error(err, RESIZE_INVALID,
+                            "cannot grow volume \"%s\": the name must be a lowercase DNS name",
+                            pv ? pv : "(contains NUL)");
+    char *host_dir = join(p.host_root, pv);
+    if (!source_is(&volume->source, host_dir))
+        return resize_error(err, RESIZE_INVALID,
+                            "cannot grow volume %s: its source is not a hostPath at %s, where "
+                            "hostRoot=%s puts it, so it has no quota of the " PLUGIN
+                            " plugin to grow; check " RECORDED,
+                            pv, host_dir, p.host_root);
+    unsigned long long requested = request->requested_bytes, capacity;
+    if (!round_up(requested, &capacity))
+        return resize_error(err, RESIZE_INFEASIBLE,
+                            "cannot grow volume %s to %llu bytes: too large for a quota; ask for "
+                            "less",
+                            pv, requested);
+
+    char *dir = join(p.root, pv);
+    if (!is_dir(dir)) {
+        if (!is_dir(p.root))
+            return resize_error(err, RESIZE_FAILED,
+                                "cannot grow volume %s: the root %s is not visible; %s", pv,
+                                p.root, hint(&p));
+        return resize_error(err, RESIZE_FAILED,
+                            "cannot grow volume %s: its directory %s is missing, so the "
+                            "volume's storage is gone (removed outside wasmprov?) and there is "
+                            "nothing to grow; restore the directory, or delete the claim and "
+                            "create a new one",
+                            pv, host_dir);
+    }
+    unsigned long long current;
+    int r = read_quota(dir, host_dir, &current, why);
+    if (r < 0) return resize_error(err, RESIZE_FAILED, "cannot grow volume %s: %s", pv, why);
+    if (r > 0 && current >= capacity) {
+        // Already grown (a retry, or a request within the granularity).
+        info("volume quota already large enough", "path", host_dir);
+        ret->capacity_bytes = current;
+        ret->node_expansion_required = false;
+        return true;
+    }
+    if (p.max_bytes != 0 && capacity > p.max_bytes)
+        return resize_error(err, RESIZE_INFEASIBLE,
+                            "cannot grow volume %s to %llu bytes (%llu with the 1Mi quota "
+                            "granularity): that is more than maxBytes of %llu; ask for at most "
+                            "%llu bytes, or raise maxBytes in " RECORDED,
+                            pv, requested, capacity, p.max_bytes,
+                            room(p.max_bytes, current));
+    unsigned long long others;
+    switch (pool_check(&p, pv, capacity, &others, why)) {
+    case POOL_FITS:
+        break;
+    case POOL_UNKNOWN:
+        return resize_error(err, RESIZE_FAILED, "cannot grow volume %s: %s", pv, why);
+    case POOL_FULL:
+        return resize_error(err, RESIZE_INFEASIBLE,
+                            "cannot grow volume %s to %llu bytes (%llu with the 1Mi quota "
+                            "granularity): the pool under hostRoot %s would overflow: the other "
+                            "volumes hold %llu bytes of poolBytes of %llu; ask for at most %llu "
+                            "bytes, delete volumes that are no longer needed, or raise poolBytes "
+                            "in " RECORDED,
+                            pv, requested, capacity, p.host_root, others, p.pool_bytes,
+                            room(pool_free(&p, others), current));
+    }
+    int e = write_quota(dir, capacity);
+    if (e != 0)
+        return resize_error(err, RESIZE_FAILED, "cannot grow volume %s: write %s/" QUOTA_FILE
+                            ": %s; %s", pv, host_dir, strerror(e), hint(&p));
+    if (!pool_recheck(&p, why)) {
+        restore_quota(dir, r > 0, current);
+        return resize_error(err, RESIZE_FAILED,
+                            "cannot grow volume %s: %s; its quota was left at %llu bytes, the "
+                            "host retries", pv, why, current);
+    }
+    char grown[32];
+    snprintf(grown, sizeof grown, "%llu", capacity);
+    info("grew volume quota", "quota-bytes", grown);
+    ret->capacity_bytes = capacity;
+    ret->node_expansion_required = false;
+    return true;
 }

@@ -21,6 +21,7 @@ impl Provisioner for NativeHostPath {
     fn plugin(&self, _plugin: &str) -> Result<PluginInfo, String> {
         Ok(PluginInfo {
             block_volumes: false,
+            resize: false,
         })
     }
 

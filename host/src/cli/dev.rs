@@ -210,7 +210,8 @@ fn bundled_plugins() -> anyhow::Result<PathBuf> {
 }
 
 /// The kubectl lines `dev` prints: point kubectl at the simulated cluster,
-/// create a claim `mine` of `class`, list claims and volumes, delete it.
+/// create a claim `mine` of `class`, list claims and volumes, grow it,
+/// delete it.
 fn try_lines(kubeconfig: &Path, class: &str) -> String {
     format!(
         "export KUBECONFIG={kubeconfig}
@@ -227,6 +228,7 @@ spec:
       storage: 1Gi
 EOF
 kubectl get storageclass,pvc,pv
+kubectl patch pvc mine -p '{{\"spec\":{{\"resources\":{{\"requests\":{{\"storage\":\"2Gi\"}}}}}}}}'
 kubectl delete pvc mine",
         kubeconfig = shell_quote(&kubeconfig.display().to_string()),
     )
@@ -274,6 +276,7 @@ async fn follow(
 ) -> anyhow::Result<ExitCode> {
     let volumes: Api<PersistentVolume> = Api::all(client.clone());
     let mut phases: BTreeMap<(String, String), String> = BTreeMap::new();
+    let mut capacities: BTreeMap<(String, String), Option<String>> = BTreeMap::new();
     let mut bound: BTreeMap<String, Volume> = BTreeMap::new();
     let mut warned: HashSet<(String, String, String)> = HashSet::new();
     let mut stream = futures::stream::select_all([
@@ -383,6 +386,20 @@ async fn follow(
                 key.0, key.1
             );
             sim.schedule_claim(&key.0, &key.1, NODE).await?;
+        }
+        // A bound claim whose capacity changed: its volume grew.
+        let capacity = claim
+            .status
+            .as_ref()
+            .and_then(|s| s.capacity.as_ref()?.get("storage"))
+            .map(|q| q.0.clone());
+        if phase == "Bound" {
+            let before = capacities.insert(key.clone(), capacity.clone());
+            if let (Some(Some(before)), Some(now)) = (before, &capacity) {
+                if before != *now {
+                    println!("claim {}/{}: grown to {now} (was {before})", key.0, key.1);
+                }
+            }
         }
         if phases.get(&key) == Some(&phase) {
             continue;

@@ -16,6 +16,7 @@ use super::decide::{self, keys, ClaimDecision};
 use super::finalizers;
 use super::in_progress::{self, Finish};
 use super::reasons::*;
+use super::resize;
 use super::{AfterFailure, Context, Error};
 use crate::metrics::Metrics;
 use crate::provisioner::{DeleteState, ProvisionOptions, ProvisionState, Provisioner};
@@ -43,7 +44,8 @@ pub(super) async fn reconcile<P: Provisioner>(
     });
     let reference = claim.object_ref(&());
     match decision {
-        ClaimDecision::Ignore | ClaimDecision::WaitForNode => Ok(Action::await_change()),
+        ClaimDecision::Ignore => Ok(resize::reconcile(&claim, &ctx).await),
+        ClaimDecision::WaitForNode => Ok(Action::await_change()),
         ClaimDecision::WaitForClass(name) => {
             // Handed to us, so the PV controller saw the class: our class
             // watch lags behind (a moment), or the class was deleted since.

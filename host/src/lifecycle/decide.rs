@@ -330,9 +330,11 @@ mod tests {
         match plugin {
             "hostpath" => Ok(PluginInfo {
                 block_volumes: false,
+                resize: false,
             }),
             "blocky" => Ok(PluginInfo {
                 block_volumes: true,
+                resize: false,
             }),
             other => Err(format!("no plugin {other}")),
         }

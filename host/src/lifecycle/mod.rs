@@ -12,6 +12,7 @@ pub mod decide;
 mod finalizers;
 mod in_progress;
 mod reasons;
+pub mod resize;
 pub mod throttle;
 mod volumes;
 

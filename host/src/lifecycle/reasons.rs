@@ -6,3 +6,9 @@ pub const PROVISIONING_SUCCEEDED: &str = "ProvisioningSucceeded";
 pub const PROVISIONING_FAILED: &str = "ProvisioningFailed";
 pub const PROVISIONING_CLEANUP_FAILED: &str = "ProvisioningCleanupFailed";
 pub const VOLUME_FAILED_DELETE: &str = "VolumeFailedDelete";
+
+// External-resizer's, for volume expansion.
+pub const RESIZING: &str = "Resizing";
+pub const VOLUME_RESIZE_FAILED: &str = "VolumeResizeFailed";
+pub const VOLUME_RESIZE_SUCCESSFUL: &str = "VolumeResizeSuccessful";
+pub const FILE_SYSTEM_RESIZE_REQUIRED: &str = "FileSystemResizeRequired";

@@ -1,19 +1,45 @@
-//! Rust bindings of the plugin contract (`wit/provisioner.wit`), generated at
-//! build time so the host cannot drift from the WIT file.
+//! Rust bindings of the plugin contract, generated at build time so the host
+//! cannot drift from the WIT files: `wit/provisioner.wit` (0.2, with the
+//! optional `resizer`) and the frozen `wit/v0.1/provisioner.wit`.
+//!
+//! 0.2.0 only adds to 0.1.0, so both versions share one set of Rust types
+//! (0.1's `types` interface is mapped onto 0.2's): the rest of the host
+//! handles one `ProvisionRequest`, `Volume`… whatever the plugin's version.
+//! Each version has its own `plugin` export and `logging` import, because
+//! their names carry the version the component was built against.
 
-wasmtime::component::bindgen!({
-    path: "../wit",
-    world: "provisioner",
-    exports: { default: async },
-});
+/// `wasmprov:provisioner@0.2.0`, world `resizable-provisioner` (a plugin may
+/// export `plugin` alone: the `resizer` export is looked up separately).
+pub mod v0_2 {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "resizable-provisioner",
+        exports: { default: async },
+    });
+}
 
-pub use self::exports::wasmprov::provisioner::plugin as plugin_exports;
-pub use self::wasmprov::provisioner::logging;
-pub use self::wasmprov::provisioner::types;
+/// `wasmprov:provisioner@0.1.0`, world `provisioner`.
+pub mod v0_1 {
+    wasmtime::component::bindgen!({
+        path: "../wit/v0.1",
+        world: "provisioner",
+        exports: { default: async },
+        with: {
+            "wasmprov:provisioner/types": super::v0_2::wasmprov::provisioner::types,
+        },
+    });
+}
 
-/// The WIT package and interface a plugin must export, without version.
+pub use v0_2::wasmprov::provisioner::types;
+
+/// The WIT package and interface every plugin exports, without version.
 pub const PLUGIN_INTERFACE: &str = "wasmprov:provisioner/plugin";
+/// The optional interface of plugins that grow volumes, without version.
+pub const RESIZER_INTERFACE: &str = "wasmprov:provisioner/resizer";
 /// The logging interface the host provides, without version.
 pub const LOGGING_INTERFACE: &str = "wasmprov:provisioner/logging";
-/// The contract version this host implements.
-pub const CONTRACT_VERSION: &str = "0.1.0";
+/// The newest contract version this host implements.
+pub const CONTRACT_VERSION: &str = "0.2.0";
+/// Every contract version this host runs, oldest first (0.x: each minor
+/// version is its own contract).
+pub const SUPPORTED_VERSIONS: &[&str] = &["0.1.0", "0.2.0"];

@@ -3,7 +3,7 @@
 use wasmtime::component::Component;
 use wasmtime::Engine;
 
-use super::bindings::{CONTRACT_VERSION, LOGGING_INTERFACE, PLUGIN_INTERFACE};
+use super::bindings::{LOGGING_INTERFACE, PLUGIN_INTERFACE, RESIZER_INTERFACE, SUPPORTED_VERSIONS};
 
 /// What kind of WebAssembly a byte string holds, from its 8-byte header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,10 +46,11 @@ pub enum Mismatch {
     UnsupportedVersion { interface: String, found: String },
 }
 
-/// Finds the plugin export and checks its version against ours.
+/// Finds the plugin export and checks its version against the ones this
+/// host runs; returns it.
 ///
-/// Semver rules of the component model: `0.1.x` is compatible with `0.1.0`;
-/// any other `0.y` or major version is not.
+/// Semver rules of the component model: `0.1.x` is compatible with `0.1.0`
+/// (and `0.2.x` with `0.2.0`); any other `0.y` or major version is not.
 pub fn check_contract(surface: &Surface) -> Result<String, Mismatch> {
     let prefix = format!("{PLUGIN_INTERFACE}@");
     let Some(export) = surface.exports.iter().find(|e| e.starts_with(&prefix)) else {
@@ -67,15 +68,40 @@ pub fn check_contract(surface: &Surface) -> Result<String, Mismatch> {
     {
         check_version(LOGGING_INTERFACE, &import[log_prefix.len()..])?;
     }
+    let resizer_prefix = format!("{RESIZER_INTERFACE}@");
+    if let Some(resizer) = surface
+        .exports
+        .iter()
+        .find(|e| e.starts_with(&resizer_prefix))
+    {
+        let found = &resizer[resizer_prefix.len()..];
+        // The resizer is new in 0.2; it must come from the plugin's version.
+        if semver_prefix(found) != semver_prefix(version) || version.starts_with("0.1.") {
+            return Err(Mismatch::UnsupportedVersion {
+                interface: RESIZER_INTERFACE.to_owned(),
+                found: found.to_owned(),
+            });
+        }
+    }
     Ok(version.to_owned())
 }
 
+/// Whether the component exports the optional `resizer` hook.
+pub fn exports_resizer(surface: &Surface) -> bool {
+    let prefix = format!("{RESIZER_INTERFACE}@");
+    surface.exports.iter().any(|e| e.starts_with(&prefix))
+}
+
 fn check_version(interface: &str, found: &str) -> Result<(), Mismatch> {
-    let compatible = match (semver_prefix(found), semver_prefix(CONTRACT_VERSION)) {
-        (Some((0, minor)), Some((0, ours))) => minor == ours,
-        (Some((major, _)), Some((ours, _))) => major == ours && major != 0,
-        _ => false,
-    };
+    let compatible = semver_prefix(found).is_some_and(|(major, minor)| {
+        SUPPORTED_VERSIONS
+            .iter()
+            .any(|ours| match semver_prefix(ours) {
+                Some((0, ours_minor)) => major == 0 && minor == ours_minor,
+                Some((ours_major, _)) => major == ours_major,
+                None => false,
+            })
+    });
     if compatible {
         Ok(())
     } else {
@@ -114,12 +140,12 @@ mod tests {
 
     #[test]
     fn versions_follow_component_model_semver() {
-        let ok = ["0.1.0", "0.1.7", "0.1.0-rc1"];
+        let ok = ["0.1.0", "0.1.7", "0.1.0-rc1", "0.2.0", "0.2.3"];
         for v in ok {
             let s = surface(&[&format!("wasmprov:provisioner/plugin@{v}")], &[]);
             assert_eq!(check_contract(&s), Ok(v.to_string()));
         }
-        for v in ["0.2.0", "1.0.0", "x"] {
+        for v in ["0.3.0", "1.0.0", "x"] {
             let s = surface(&[&format!("wasmprov:provisioner/plugin@{v}")], &[]);
             assert!(
                 matches!(check_contract(&s), Err(Mismatch::UnsupportedVersion { .. })),
@@ -132,6 +158,33 @@ mod tests {
         );
         assert!(matches!(
             check_contract(&s),
+            Err(Mismatch::UnsupportedVersion { .. })
+        ));
+    }
+
+    #[test]
+    fn the_resizer_is_optional_and_from_the_plugins_version() {
+        let plain = surface(&["wasmprov:provisioner/plugin@0.2.0"], &[]);
+        assert_eq!(check_contract(&plain), Ok("0.2.0".into()));
+        assert!(!exports_resizer(&plain));
+        let resizable = surface(
+            &[
+                "wasmprov:provisioner/plugin@0.2.0",
+                "wasmprov:provisioner/resizer@0.2.0",
+            ],
+            &[],
+        );
+        assert_eq!(check_contract(&resizable), Ok("0.2.0".into()));
+        assert!(exports_resizer(&resizable));
+        let mixed = surface(
+            &[
+                "wasmprov:provisioner/plugin@0.1.0",
+                "wasmprov:provisioner/resizer@0.2.0",
+            ],
+            &[],
+        );
+        assert!(matches!(
+            check_contract(&mixed),
             Err(Mismatch::UnsupportedVersion { .. })
         ));
     }

@@ -16,6 +16,7 @@
 
 pub mod bindings;
 mod cache;
+mod contract;
 mod inspect;
 mod limits;
 mod plugin;
@@ -39,8 +40,8 @@ pub use plugin::{CallError, Plugin};
 pub use sandbox::{MAX_LOG_BYTES_PER_CALL, MAX_LOG_LINES_PER_CALL};
 
 use crate::policy::SandboxPolicy;
-use bindings::{Provisioner, ProvisionerPre};
 use cache::CompileCache;
+use contract::Hooks;
 use inspect::{BinaryKind, Mismatch};
 use sandbox::CallState;
 
@@ -93,7 +94,7 @@ pub enum LoadError {
         plugin: String,
         exports: Vec<String>,
     },
-    #[error("plugin {plugin}: built for {interface}@{found}, which this host does not support (it runs {interface}@{}, compatible versions 0.1.x); rebuild the plugin against this host's wit/ or upgrade the host", bindings::CONTRACT_VERSION)]
+    #[error("plugin {plugin}: built for {interface}@{found}, which this host does not support (it runs versions {} and compatible patch releases); rebuild the plugin against this host's wit/ or upgrade the host", bindings::SUPPORTED_VERSIONS.join(", "))]
     UnsupportedVersion {
         plugin: String,
         interface: String,
@@ -147,7 +148,7 @@ pub fn digest(bytes: &[u8]) -> String {
 /// to a name and policy. Loading is the expensive step; binding is free.
 #[derive(Clone)]
 pub struct Compiled {
-    pub(crate) pre: ProvisionerPre<CallState>,
+    pub(crate) hooks: Hooks,
     /// `sha256:<hex>` of the component bytes.
     pub digest: String,
     /// Bytes of the component; 0 when it was found in the cache by digest alone.
@@ -204,8 +205,18 @@ impl Runtime {
 
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(engine_err)?;
-        Provisioner::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |s| s)
-            .map_err(engine_err)?;
+        // Both contract versions' imports: a component built against either
+        // links.
+        bindings::v0_2::ResizableProvisioner::add_to_linker::<_, wasmtime::component::HasSelf<_>>(
+            &mut linker,
+            |s| s,
+        )
+        .map_err(engine_err)?;
+        bindings::v0_1::Provisioner::add_to_linker::<_, wasmtime::component::HasSelf<_>>(
+            &mut linker,
+            |s| s,
+        )
+        .map_err(engine_err)?;
 
         let cache = match &config.cache_dir {
             Some(dir) => {
@@ -336,12 +347,17 @@ impl Runtime {
                     plugin: name(),
                     message: format!("{e:#}"),
                 })?;
-        let pre = ProvisionerPre::new(instance_pre).map_err(|e| LoadError::Signature {
+        let hooks = Hooks::new(
+            instance_pre,
+            &contract_version,
+            inspect::exports_resizer(&surface),
+        )
+        .map_err(|e| LoadError::Signature {
             plugin: name(),
             message: format!("{e:#}"),
         })?;
         Ok(Compiled {
-            pre,
+            hooks,
             digest,
             size,
             contract_version,

@@ -9,7 +9,7 @@ use wasmtime::{Store, Trap, UpdateDeadline};
 
 use super::bindings::types::{
     DeleteError, DeleteRequest, PluginCapabilities as Capabilities, ProvisionError,
-    ProvisionRequest, Volume,
+    ProvisionRequest, ResizeError, ResizeRequest, ResizedVolume, Volume,
 };
 use super::limits::MemoryLimitExceeded;
 use super::sandbox::CallState;
@@ -134,15 +134,9 @@ impl Plugin {
     pub async fn call_capabilities(&self) -> Result<Capabilities, CallError> {
         let subject = "capabilities";
         let mut call = self.begin(subject).await?;
-        let pre = &self.compiled.pre;
+        let hooks = &self.compiled.hooks;
         let outcome = call
-            .bounded(async |store| {
-                let instance = pre.instantiate_async(&mut *store).await?;
-                instance
-                    .wasmprov_provisioner_plugin()
-                    .call_capabilities(&mut *store)
-                    .await
-            })
+            .bounded(async |store| hooks.capabilities(store).await)
             .await;
         call.finish(outcome)
     }
@@ -153,15 +147,9 @@ impl Plugin {
         request: &ProvisionRequest,
     ) -> Result<Result<Volume, ProvisionError>, CallError> {
         let mut call = self.begin(&request.pv_name).await?;
-        let pre = &self.compiled.pre;
+        let hooks = &self.compiled.hooks;
         let outcome = call
-            .bounded(async |store| {
-                let instance = pre.instantiate_async(&mut *store).await?;
-                instance
-                    .wasmprov_provisioner_plugin()
-                    .call_provision(&mut *store, request)
-                    .await
-            })
+            .bounded(async |store| hooks.provision(store, request).await)
             .await;
         call.finish(outcome)
     }
@@ -172,15 +160,28 @@ impl Plugin {
         request: &DeleteRequest,
     ) -> Result<Result<(), DeleteError>, CallError> {
         let mut call = self.begin(&request.pv_name).await?;
-        let pre = &self.compiled.pre;
+        let hooks = &self.compiled.hooks;
         let outcome = call
-            .bounded(async |store| {
-                let instance = pre.instantiate_async(&mut *store).await?;
-                instance
-                    .wasmprov_provisioner_plugin()
-                    .call_delete(&mut *store, request)
-                    .await
-            })
+            .bounded(async |store| hooks.delete(store, request).await)
+            .await;
+        call.finish(outcome)
+    }
+
+    /// Whether the plugin grows volumes: it exports `resizer` (contract 0.2).
+    pub fn can_resize(&self) -> bool {
+        self.compiled.hooks.has_resizer()
+    }
+
+    /// Runs the plugin's `resize` for one volume in a fresh instance. A
+    /// plugin without `resizer` ([`Plugin::can_resize`]) fails the call.
+    pub async fn resize(
+        &self,
+        request: &ResizeRequest,
+    ) -> Result<Result<ResizedVolume, ResizeError>, CallError> {
+        let mut call = self.begin(&request.volume.pv_name).await?;
+        let hooks = &self.compiled.hooks;
+        let outcome = call
+            .bounded(async |store| hooks.resize(store, request).await)
             .await;
         call.finish(outcome)
     }
@@ -204,7 +205,7 @@ impl Plugin {
             .await
             .map_err(|e| sandbox_error(e.to_string()))?;
         let state = CallState::new(&self.name, subject, &self.policy).map_err(sandbox_error)?;
-        let mut store = Store::new(self.compiled.pre.engine(), state);
+        let mut store = Store::new(self.compiled.hooks.engine(), state);
         store.limiter(|s| &mut s.limiter);
         let deadline = Instant::now() + self.policy.timeout;
         store.set_epoch_deadline(1);

@@ -11,10 +11,11 @@ use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::sockets::SocketAddrUse;
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-use super::bindings::{logging, types};
+use super::bindings::{types, v0_1, v0_2};
 use super::limits::CallLimiter;
 use crate::policy::{DirMode, SandboxPolicy};
 use crate::text::truncate;
+use v0_2::wasmprov::provisioner::logging;
 
 /// How much a single call may log before the host starts dropping lines.
 /// Keeps a misbehaving plugin from flooding the host's log pipeline.
@@ -142,7 +143,8 @@ impl PluginLog {
 /// The `types` interface has no functions; the linker still wants its host.
 impl types::Host for CallState {}
 
-impl logging::Host for CallState {
+impl CallState {
+    /// A plugin's log line, under its budget.
     fn log(&mut self, level: logging::Level, message: String, fields: Vec<(String, String)>) {
         let log = &mut self.log;
         if log.lines_left == 0 || log.bytes_left == 0 {
@@ -177,6 +179,31 @@ impl logging::Host for CallState {
                 tracing::error!(target: "plugin", %plugin, %subject, %fields, "{message}")
             }
         }
+    }
+}
+
+impl logging::Host for CallState {
+    fn log(&mut self, level: logging::Level, message: String, fields: Vec<(String, String)>) {
+        CallState::log(self, level, message, fields)
+    }
+}
+
+impl v0_1::wasmprov::provisioner::logging::Host for CallState {
+    fn log(
+        &mut self,
+        level: v0_1::wasmprov::provisioner::logging::Level,
+        message: String,
+        fields: Vec<(String, String)>,
+    ) {
+        use v0_1::wasmprov::provisioner::logging::Level as Old;
+        let level = match level {
+            Old::Trace => logging::Level::Trace,
+            Old::Debug => logging::Level::Debug,
+            Old::Info => logging::Level::Info,
+            Old::Warn => logging::Level::Warn,
+            Old::Error => logging::Level::Error,
+        };
+        CallState::log(self, level, message, fields)
     }
 }
 

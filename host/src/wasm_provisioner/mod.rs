@@ -14,7 +14,8 @@ use k8s_openapi::api::core::v1::PersistentVolume;
 
 use crate::policy::OutputPolicy;
 use crate::provisioner::{
-    DeleteError, DeleteState, ProvisionError, ProvisionOptions, ProvisionState,
+    DeleteError, DeleteState, ProvisionError, ProvisionOptions, ProvisionState, ResizeError,
+    ResizeOptions, ResizeState, Resized,
 };
 use crate::runtime::bindings::types as wit;
 use crate::runtime::{CallError, Plugin};
@@ -145,6 +146,57 @@ impl WasmProvisioner {
         }
     }
 
+    /// Whether the plugin grows volumes (it exports `resizer`).
+    pub fn can_resize(&self) -> bool {
+        self.plugin.can_resize()
+    }
+
+    /// Asks the plugin to grow a volume's storage, and checks its answer.
+    pub async fn resize(
+        &self,
+        pv: &PersistentVolume,
+        options: &ResizeOptions,
+    ) -> Result<Resized, ResizeError> {
+        let name = self.plugin.name();
+        let failed = |m: String| ResizeError::new(ResizeState::Failed, m);
+        let volume = request::delete_request(pv).map_err(|e| failed(e.message))?;
+        let pv_name = volume.pv_name.clone();
+        if !self.can_resize() {
+            return Err(ResizeError::new(
+                ResizeState::Infeasible,
+                format!(
+                    "plugin {name} cannot grow volumes: it does not export {} (a plugin built against wasmprov:provisioner@{}); rebuild it against the resizable-provisioner world of wit/provisioner.wit, or set allowVolumeExpansion: false on the class",
+                    crate::runtime::bindings::RESIZER_INTERFACE,
+                    self.plugin.compiled().contract_version,
+                ),
+            ));
+        }
+        let request = wit::ResizeRequest {
+            volume,
+            requested_bytes: options.requested_bytes,
+            limit_bytes: options.limit_bytes,
+        };
+        let resized = match self.plugin.resize(&request).await {
+            Ok(Ok(resized)) => resized,
+            Ok(Err(e)) => return Err(plugin_resize_error(name, &pv_name, e)),
+            // A timeout may have left the backend growing the volume.
+            Err(e @ CallError::Timeout { .. }) => {
+                return Err(ResizeError::new(ResizeState::InBackground, e.to_string()))
+            }
+            Err(e) => return Err(failed(e.to_string())),
+        };
+        if resized.capacity_bytes < options.requested_bytes {
+            return Err(failed(format!(
+                "plugin {name} returned a capacity of {} bytes for {pv_name}, less than the {} bytes asked for; this is a bug in the plugin",
+                resized.capacity_bytes, options.requested_bytes
+            )));
+        }
+        Ok(Resized {
+            capacity_bytes: resized.capacity_bytes,
+            node_expansion_required: resized.node_expansion_required,
+        })
+    }
+
     /// Asks the plugin to delete the storage of a released volume.
     pub async fn delete(&self, pv: &PersistentVolume) -> Result<(), DeleteError> {
         let name = self.plugin.name();
@@ -181,6 +233,23 @@ fn plugin_provision_error(plugin: &str, e: wit::ProvisionError) -> ProvisionErro
     ProvisionError::new(
         state,
         format!("plugin {plugin}: {}", truncate(&message, MAX_MESSAGE_BYTES)),
+    )
+}
+
+fn plugin_resize_error(plugin: &str, pv_name: &str, e: wit::ResizeError) -> ResizeError {
+    use wit::ResizeError as E;
+    let (state, message) = match e {
+        E::Failed(m) => (ResizeState::Failed, m),
+        E::InBackground(m) => (ResizeState::InBackground, m),
+        E::NoChange(m) => (ResizeState::NoChange, m),
+        E::InvalidArgument(m) | E::Infeasible(m) => (ResizeState::Infeasible, m),
+    };
+    ResizeError::new(
+        state,
+        format!(
+            "plugin {plugin} did not grow {pv_name}: {}",
+            truncate(&message, MAX_MESSAGE_BYTES)
+        ),
     )
 }
 

@@ -414,6 +414,21 @@ impl TestApi {
         }
     }
 
+    /// `kubectl ARGS…` as a user runs it (on the real server with the
+    /// kubectl of its release); panics with its output if it fails.
+    pub fn kubectl(&self, args: &[&str]) {
+        let mut kubectl = match self {
+            TestApi::Simulated(sim) => {
+                let mut kubectl = std::process::Command::new("kubectl");
+                kubectl.args(["--server", &sim.url()]);
+                kubectl
+            }
+            TestApi::Real(cluster) => cluster.kubectl(),
+        };
+        kubectl.args(args);
+        pipe_to(kubectl, b"")
+    }
+
     /// What makes the scheduler pick a node for WaitForFirstConsumer claim
     /// `claim`: on the real server a pod using it (named after the claim),
     /// which the real scheduler places; on the simulator the test acts as

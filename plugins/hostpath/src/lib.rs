@@ -14,14 +14,18 @@
 //!   WaitForFirstConsumer`).
 //!
 //! Unknown parameters are rejected so that typos do not pass silently.
+//!
+//! Volumes can grow (`allowVolumeExpansion: true`): a directory has no size
+//! of its own, so `resize` checks the directory is still there and records
+//! the new size; nothing on the node limits what a pod writes.
 
 mod plan;
 
 use std::io::ErrorKind;
 
 use wasmprov_plugin::{
-    export_plugin, log, DeleteError, DeleteRequest, Plugin, PluginCapabilities, ProvisionError,
-    ProvisionRequest, Volume,
+    export_resizable_plugin, log, DeleteError, DeleteRequest, Plugin, PluginCapabilities,
+    ProvisionError, ProvisionRequest, ResizeError, ResizeRequest, ResizedVolume, Resizer, Volume,
 };
 
 struct HostPath;
@@ -107,6 +111,41 @@ impl Plugin for HostPath {
     }
 }
 
+impl Resizer for HostPath {
+    fn resize(request: ResizeRequest) -> Result<ResizedVolume, ResizeError> {
+        let plan = plan::locate(&request.volume, "grow").map_err(ResizeError::InvalidArgument)?;
+        match std::fs::symlink_metadata(&plan.guest_dir) {
+            Ok(meta) if meta.is_dir() => {}
+            Ok(_) => {
+                return Err(ResizeError::Failed(format!(
+                    "{} ({}) is not a directory any more; the volume's storage was replaced",
+                    plan.guest_dir, plan.host_dir
+                )))
+            }
+            Err(e) => {
+                return Err(ResizeError::Failed(format!(
+                    "volume {}: its directory {} is gone ({e}); {}",
+                    request.volume.pv_name,
+                    plan.guest_dir,
+                    root_hint(&plan.root)
+                )))
+            }
+        }
+        let capacity_bytes = request.requested_bytes.max(request.volume.capacity_bytes);
+        log::info(
+            "volume grown",
+            &[
+                ("pv", &request.volume.pv_name),
+                ("bytes", &capacity_bytes.to_string()),
+            ],
+        );
+        Ok(ResizedVolume {
+            capacity_bytes,
+            node_expansion_required: false,
+        })
+    }
+}
+
 fn root_hint(root: &str) -> String {
     format!(
         "does the sandbox policy preopen {root} read-write? (class parameter \"root\", \
@@ -114,4 +153,4 @@ fn root_hint(root: &str) -> String {
     )
 }
 
-export_plugin!(HostPath);
+export_resizable_plugin!(HostPath);

@@ -149,32 +149,33 @@ pub struct DeletePlan {
 /// Checks that a volume is one this plugin made with these parameters and
 /// finds its directory. Anything unexpected fails: never delete something else.
 pub fn plan_delete(request: &DeleteRequest) -> Result<DeletePlan, DeleteError> {
-    use DeleteError::Failed;
+    locate(request, "delete").map_err(DeleteError::Failed)
+}
 
+/// Finds a volume's directory from what the host recorded on it, for
+/// `delete` or `resize` (`verb`): refuses (with the reason) a volume these
+/// parameters did not make, so nothing else is ever touched.
+pub fn locate(request: &DeleteRequest, verb: &str) -> Result<DeletePlan, String> {
     let pv = &request.pv_name;
     let params = Params::parse(&request.parameters, Unknown::Ignore).map_err(|e| {
-        Failed(format!(
-            "cannot delete volume {pv}: its recorded class parameters are unusable: {e}"
-        ))
+        format!("cannot {verb} volume {pv}: its recorded class parameters are unusable: {e}")
     })?;
-    path::check_pv_name(pv).map_err(|e| Failed(format!("refusing to delete: {e}")))?;
-    let refuse = |e: String| Failed(format!("refusing to delete: {e}"));
+    path::check_pv_name(pv).map_err(|e| format!("refusing to {verb}: {e}"))?;
+    let refuse = |e: String| format!("refusing to {verb}: {e}");
     let host_dir = params.host_dir(pv).map_err(refuse)?;
     let actual = source::host_path_of(&request.source).map_err(|e| {
-        Failed(format!(
-            "refusing to delete volume {pv}: {e}; expected a hostPath source at {host_dir}"
-        ))
+        format!("refusing to {verb} volume {pv}: {e}; expected a hostPath source at {host_dir}")
     })?;
     // Compare normalized forms so a trailing slash is not a mismatch, while any
     // other difference (another directory, `..`) is.
     let actual_normalized = actual.trim_end_matches('/');
     if actual_normalized != host_dir {
-        return Err(Failed(format!(
-            "refusing to delete volume {pv}: its source hostPath.path is {actual:?} but \
+        return Err(format!(
+            "refusing to {verb} volume {pv}: its source hostPath.path is {actual:?} but \
              {PARAM_HOST_ROOT}={:?} puts this volume at {host_dir:?}; it was not created \
-             by these parameters, so nothing was removed",
+             by these parameters, so nothing was changed",
             params.host_root
-        )));
+        ));
     }
     Ok(DeletePlan {
         guest_dir: params.guest_dir(pv).map_err(refuse)?,

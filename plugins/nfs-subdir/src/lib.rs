@@ -6,14 +6,18 @@
 //!
 //! Class parameters: `server`, `share` (required), `pathPattern`,
 //! `archiveOnDelete` (default `"true"`), `mount`. See plugins/README.md.
+//!
+//! Volumes can grow (`allowVolumeExpansion: true`): a subdirectory shares
+//! the whole export, so `resize` checks it is still there and records the
+//! new size (as nfs-subdir-external-provisioner's volumes, unenforced).
 
 mod plan;
 
 use std::io::ErrorKind;
 
 use wasmprov_plugin::{
-    export_plugin, log, DeleteError, DeleteRequest, Plugin, PluginCapabilities, ProvisionError,
-    ProvisionRequest, Volume,
+    export_resizable_plugin, log, DeleteError, DeleteRequest, Params, Plugin, PluginCapabilities,
+    ProvisionError, ProvisionRequest, ResizeError, ResizeRequest, ResizedVolume, Resizer, Volume,
 };
 
 struct NfsSubdir;
@@ -108,4 +112,37 @@ impl Plugin for NfsSubdir {
     }
 }
 
-export_plugin!(NfsSubdir);
+impl Resizer for NfsSubdir {
+    fn resize(request: ResizeRequest) -> Result<ResizedVolume, ResizeError> {
+        let volume = &request.volume;
+        let config = plan::Config::parse(&Params::new(plan::PLUGIN, &volume.parameters))?;
+        let plan = plan::locate(volume, &config, "grow").map_err(ResizeError::InvalidArgument)?;
+        let dir = &plan.guest_dir;
+        if !std::fs::metadata(dir).is_ok_and(|m| m.is_dir()) {
+            let why = if std::fs::metadata(&plan.mount).is_ok_and(|m| m.is_dir()) {
+                "it is gone from the share".to_owned()
+            } else {
+                format!(
+                    "the share is not visible at {}; {}",
+                    plan.mount,
+                    hint(&plan.mount)
+                )
+            };
+            return Err(ResizeError::Failed(format!(
+                "volume {}: cannot grow {dir}: {why}",
+                volume.pv_name
+            )));
+        }
+        let capacity_bytes = request.requested_bytes.max(volume.capacity_bytes);
+        log::info(
+            "volume grown",
+            &[("dir", dir), ("bytes", &capacity_bytes.to_string())],
+        );
+        Ok(ResizedVolume {
+            capacity_bytes,
+            node_expansion_required: false,
+        })
+    }
+}
+
+export_resizable_plugin!(NfsSubdir);

@@ -168,14 +168,18 @@ pub struct DeletePlan {
 /// Checks that the volume is a directory under this class's share and finds
 /// it. Anything unexpected is refused: never remove something else.
 pub fn plan_delete(request: &DeleteRequest) -> Result<DeletePlan, DeleteError> {
-    let pv = &request.pv_name;
-    let refuse = |why: String| {
-        DeleteError::Failed(format!(
-            "refusing to delete volume {pv}: {why}; nothing was removed"
-        ))
-    };
     let params = Params::new(PLUGIN, &request.parameters);
     let config = Config::parse(&params)?;
+    locate(request, &config, "delete").map_err(DeleteError::Failed)
+}
+
+/// Finds a volume's directory under this class's share from what the host
+/// recorded on it, for `delete` or `resize` (`verb`).
+pub fn locate(request: &DeleteRequest, config: &Config, verb: &str) -> Result<DeletePlan, String> {
+    let pv = &request.pv_name;
+    let refuse =
+        |why: String| format!("refusing to {verb} volume {pv}: {why}; nothing was changed");
+    let config = config.clone();
     let (server, nfs_path) = source::nfs_of(&request.source).map_err(refuse)?;
     if server != config.server {
         return Err(refuse(format!(

@@ -27,6 +27,11 @@
 //! export_plugin!(Mine);
 //! ```
 //!
+//! A plugin that can grow its volumes also implements [`Resizer`] and calls
+//! [`export_resizable_plugin!`] instead: its component then exports the
+//! optional `resizer` of `wasmprov:provisioner@0.2.0` (world
+//! `resizable-provisioner`).
+//!
 //! The WIT bindings are generated once, here ([`bindings`]), from the
 //! repository's `wit/provisioner.wit`; plugins neither regenerate nor depend on
 //! `wit-bindgen` themselves. Everything else is plain Rust that also builds
@@ -63,18 +68,28 @@ pub mod bindings {
         export_macro_name: "export",
         default_bindings_module: "wasmprov_plugin::bindings",
         runtime_path: "wasmprov_plugin::wit_bindgen::rt",
+        with: {
+            "wasmprov:provisioner/types@0.2.0": wasmprov_plugin_resizable::wasmprov::provisioner::types,
+            "wasmprov:provisioner/logging@0.2.0": wasmprov_plugin_resizable::wasmprov::provisioner::logging,
+        },
     });
 }
 
+/// The bindings of the `resizable-provisioner` world (their own crate, see
+/// its Cargo.toml); [`bindings`] shares their types and logging.
+pub use wasmprov_plugin_resizable as resizable_bindings;
+
 pub use bindings::exports::wasmprov::provisioner::plugin::Guest as Plugin;
-pub use bindings::wasmprov::provisioner::logging::Level;
-pub use bindings::wasmprov::provisioner::types::{
+pub use params::{ParamError, Params};
+pub use resizable_bindings::exports::wasmprov::provisioner::resizer::Guest as Resizer;
+pub use resizable_bindings::wasmprov::provisioner::logging::Level;
+pub use resizable_bindings::wasmprov::provisioner::types::{
     AccessMode, Claim, DataSource, DeleteError, DeleteRequest, LabelSelector,
     LabelSelectorRequirement, Node, NodeAffinity, NodeSelectorOperator, NodeSelectorRequirement,
     NodeSelectorTerm, PluginCapabilities, ProvisionError, ProvisionRequest, ReclaimPolicy,
-    StorageClass, TopologyRequirement, TopologyTerm, Volume, VolumeBindingMode, VolumeMode,
+    ResizeError, ResizeRequest, ResizedVolume, StorageClass, TopologyRequirement, TopologyTerm,
+    Volume, VolumeBindingMode, VolumeMode,
 };
-pub use params::{ParamError, Params};
 
 /// Exports a type implementing [`Plugin`] as the plugin of this component.
 /// Call it once, in the plugin crate's `lib.rs`.
@@ -82,6 +97,44 @@ pub use params::{ParamError, Params};
 macro_rules! export_plugin {
     ($ty:ident) => {
         $crate::bindings::export!($ty with_types_in $crate::bindings);
+    };
+}
+
+/// Exports a type implementing [`Plugin`] and [`Resizer`] as the plugin of
+/// this component, with the optional `resizer` export. Call it once, in the
+/// plugin crate's `lib.rs`, instead of [`export_plugin!`].
+#[macro_export]
+macro_rules! export_resizable_plugin {
+    ($ty:ident) => {
+        // The resizable world's `plugin` export is its own trait: forward it.
+        struct __WasmprovResizable;
+        impl $crate::resizable_bindings::exports::wasmprov::provisioner::plugin::Guest
+            for __WasmprovResizable
+        {
+            fn capabilities() -> $crate::PluginCapabilities {
+                <$ty as $crate::Plugin>::capabilities()
+            }
+            fn provision(
+                request: $crate::ProvisionRequest,
+            ) -> ::core::result::Result<$crate::Volume, $crate::ProvisionError> {
+                <$ty as $crate::Plugin>::provision(request)
+            }
+            fn delete(
+                request: $crate::DeleteRequest,
+            ) -> ::core::result::Result<(), $crate::DeleteError> {
+                <$ty as $crate::Plugin>::delete(request)
+            }
+        }
+        impl $crate::Resizer for __WasmprovResizable {
+            fn resize(
+                request: $crate::ResizeRequest,
+            ) -> ::core::result::Result<$crate::ResizedVolume, $crate::ResizeError> {
+                <$ty as $crate::Resizer>::resize(request)
+            }
+        }
+        $crate::resizable_bindings::export!(
+            __WasmprovResizable with_types_in $crate::resizable_bindings
+        );
     };
 }
 

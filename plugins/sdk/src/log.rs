@@ -20,7 +20,7 @@ pub fn log(level: Level, message: &str, fields: &[(&str, &str)]) {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        crate::bindings::wasmprov::provisioner::logging::log(level, message, &fields);
+        crate::resizable_bindings::wasmprov::provisioner::logging::log(level, message, &fields);
     }
     #[cfg(not(target_arch = "wasm32"))]
     eprintln!("[{level:?}] {message} {fields:?}");

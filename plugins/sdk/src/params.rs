@@ -7,7 +7,7 @@
 
 use std::fmt;
 
-use crate::{DeleteError, ProvisionError};
+use crate::{DeleteError, ProvisionError, ResizeError};
 
 /// A class parameter that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,6 +75,14 @@ impl From<ParamError> for ProvisionError {
 impl From<ParamError> for DeleteError {
     fn from(e: ParamError) -> Self {
         DeleteError::Failed(format!(
+            "the volume's recorded class parameters are unusable: {e}"
+        ))
+    }
+}
+
+impl From<ParamError> for ResizeError {
+    fn from(e: ParamError) -> Self {
+        ResizeError::InvalidArgument(format!(
             "the volume's recorded class parameters are unusable: {e}"
         ))
     }

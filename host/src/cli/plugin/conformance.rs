@@ -11,21 +11,27 @@
 //! 3. **provision is idempotent**: the same request again gives the same
 //!    PersistentVolume.
 //! 4. **claims get separate volumes**: a second claim's volume has another source.
-//! 5. **delete**: the first volume is deleted.
-//! 6. **delete is idempotent**: deleting it again succeeds (already gone).
-//! 7. **delete of an unknown volume**: a volume the plugin never made (the first
+//! 5. **resize** (plugins exporting `resizer`): the first volume grows from
+//!    1Gi to 2Gi; the answer is at least 2Gi.
+//! 6. **resize is idempotent**: the same request again gives the same size.
+//! 7. **delete**: the first volume is deleted.
+//! 8. **delete is idempotent**: deleting it again succeeds (already gone).
+//! 9. **delete of an unknown volume**: a volume the plugin never made (the first
 //!    volume with another name) succeeds, or is `ignored`.
-//! 8. **zero-size claim**: answered with `invalid-argument`.
-//! 9. **without parameter X** (one row per class parameter): the class minus
-//!    that parameter is answered with `invalid-argument` (a required parameter)
-//!    or gives a volume that validates (an optional one, deleted again). Any
-//!    other answer fails: a missing parameter is a request that can never
-//!    succeed, which is what `invalid-argument` means.
-//! 10. **error answers**: every error the plugin gave carried a message, and
+//! 10. **resize of a deleted volume**: growing the first volume now that its
+//!     storage is gone is refused (any error state): reporting it grown
+//!     would be a lie.
+//! 11. **zero-size claim**: answered with `invalid-argument`.
+//! 12. **without parameter X** (one row per class parameter): the class minus
+//!     that parameter is answered with `invalid-argument` (a required parameter)
+//!     or gives a volume that validates (an optional one, deleted again). Any
+//!     other answer fails: a missing parameter is a request that can never
+//!     succeed, which is what `invalid-argument` means.
+//! 13. **error answers**: every error the plugin gave carried a message, and
 //!     the host's handling of each variant is listed.
-//! 11. **no timeout, memory or crash**: no call ran out of time or memory, or
+//! 14. **no timeout, memory or crash**: no call ran out of time or memory, or
 //!     crashed (trapped), in the sandbox the policy gives the plugin.
-//! 12. **output within policy**: the output policy (`plugins.<name>.output`)
+//! 15. **output within policy**: the output policy (`plugins.<name>.output`)
 //!     refused none of the volumes the plugin returned; each refusal says
 //!     what to grant, if the plugin is right to return it.
 //!
@@ -51,7 +57,8 @@ use sha2::{Digest, Sha256};
 use super::{load, read_object, stable_uid, state_name, warn_about_class, PluginFile};
 use crate::cli::DEFAULT_PROVISIONER_NAME;
 use crate::provisioner::{
-    DeleteError, DeleteState, ProvisionError, ProvisionOptions, ProvisionState,
+    DeleteError, DeleteState, ProvisionError, ProvisionOptions, ProvisionState, ResizeError,
+    ResizeOptions, ResizeState, Resized,
 };
 use crate::wasm_provisioner::{WasmProvisioner, REFUSED_BY_POLICY};
 
@@ -174,10 +181,11 @@ pub async fn test(args: TestArgs) -> anyhow::Result<ExitCode> {
             verdict: Verdict::Pass,
             check: "load".into(),
             details: format!(
-                "component of wasmprov:provisioner@{} in {:.1?}; capabilities: block-volumes={}",
+                "component of wasmprov:provisioner@{} in {:.1?}; capabilities: block-volumes={} resize={}",
                 compiled.contract_version,
                 compiled.compile_time,
-                plugin.capabilities().block_volumes
+                plugin.capabilities().block_volumes,
+                plugin.can_resize()
             ),
         }],
         provisioner: loaded.provisioner.clone(),
@@ -297,7 +305,10 @@ impl Suite {
             },
         }
 
-        // 5.-7. delete
+        // 5.-6. resize
+        let grown = self.resize_checks(pv_a.as_ref()).await;
+
+        // 7.-9. delete
         match &pv_a {
             None => {
                 for check in [
@@ -350,7 +361,12 @@ impl Suite {
             }
         }
 
-        // 8.-9. bad requests: only meaningful once the plugin accepts the class
+        // 10. resize of a deleted volume
+        if let Some(grown) = grown {
+            self.resize_of_a_deleted_volume(&grown).await;
+        }
+
+        // 11.-12. bad requests: only meaningful once the plugin accepts the class
         // (a plugin that refuses everything must not pass them).
         if pv_a.is_none() {
             self.skip("zero-size claim", "needs a class the plugin accepts");
@@ -367,7 +383,7 @@ impl Suite {
             }
         }
 
-        // 10. error answers
+        // 13. error answers
         let check = "error answers";
         let errors = std::mem::take(&mut self.observed.errors);
         if errors.is_empty() {
@@ -391,7 +407,7 @@ impl Suite {
             }
         }
 
-        // 11. sandbox budget
+        // 14. sandbox budget
         let check = "no timeout, memory or crash";
         let o = &self.observed;
         let details = format!(
@@ -412,7 +428,7 @@ impl Suite {
             self.fail(check, format!("{details}; {failures}"));
         }
 
-        // 12. output policy
+        // 15. output policy
         let check = "output within policy";
         match self.observed.refused.first() {
             None => {
@@ -429,16 +445,16 @@ impl Suite {
         }
     }
 
-    /// Checks 8 and 9: requests that must be answered with invalid-argument.
+    /// Checks 11 and 12: requests that must be answered with invalid-argument.
     async fn bad_requests(&mut self, cleanup: &mut Vec<PersistentVolume>) {
-        // 8. zero-size claim
+        // 11. zero-size claim
         let check = "zero-size claim";
         let zero = self.claim("zero", "0");
         let opts = self.options(&zero, self.class.clone());
         self.expect_invalid(check, &opts, "a claim of 0 bytes", cleanup)
             .await;
 
-        // 9. missing parameters, one at a time
+        // 12. missing parameters, one at a time
         let params: Vec<String> = crate::wasm_provisioner::plugin_parameters(&self.class)
             .into_keys()
             .collect();
@@ -507,6 +523,137 @@ impl Suite {
                 ),
             ),
         }
+    }
+
+    /// Checks 5 and 6: growing the first volume, and again. Returns it
+    /// grown, for check 10; skips check 10 too when it cannot.
+    async fn resize_checks(&mut self, pv_a: Option<&PersistentVolume>) -> Option<PersistentVolume> {
+        const CHECKS: [&str; 3] = [
+            "resize",
+            "resize is idempotent",
+            "resize of a deleted volume",
+        ];
+        let plugin = self.provisioner.plugin();
+        if !plugin.can_resize() {
+            let why = format!(
+                "the plugin does not export resizer (a wasmprov:provisioner@{} plugin built for the provisioner world): its volumes cannot grow",
+                plugin.compiled().contract_version
+            );
+            for check in CHECKS {
+                self.skip(check, why.clone());
+            }
+            return None;
+        }
+        let Some(pv_a) = pv_a else {
+            for check in CHECKS {
+                self.skip(check, "needs a provisioned volume");
+            }
+            return None;
+        };
+        let name = pv_a.metadata.name.clone().unwrap_or_default();
+        let grow = ResizeOptions {
+            requested_bytes: RESIZED_BYTES,
+            limit_bytes: None,
+        };
+        let check = "resize";
+        let grown = match self.resize(check, pv_a, &grow).await {
+            Ok(r) => {
+                self.pass(
+                    check,
+                    format!(
+                        "{name} grew to {} bytes (asked {RESIZED_BYTES})",
+                        r.capacity_bytes
+                    ),
+                );
+                Some(with_capacity(pv_a, r.capacity_bytes))
+            }
+            Err(e) => {
+                self.fail(
+                    check,
+                    format!(
+                        "growing {name} to 2Gi answered {}: {}",
+                        resize_state_name(e.state),
+                        e.message
+                    ),
+                );
+                None
+            }
+        };
+        let check = "resize is idempotent";
+        match &grown {
+            None => self.skip(check, "needs a grown volume"),
+            Some(grown) => {
+                let first = capacity_of(grown).unwrap_or_default();
+                match self.resize(check, grown, &grow).await {
+                    Ok(r) if r.capacity_bytes == first => self.pass(
+                        check,
+                        format!("growing it to 2Gi again kept {} bytes", r.capacity_bytes),
+                    ),
+                    Ok(r) => self.fail(
+                        check,
+                        format!(
+                            "growing {name} to 2Gi again gave {} bytes, not the {first} it answered first; the host asks again after a restart and must get the same size",
+                            r.capacity_bytes
+                        ),
+                    ),
+                    Err(e) => self.fail(
+                        check,
+                        format!(
+                            "growing {name} to 2Gi again answered {}: {}; a volume already that large is a success",
+                            resize_state_name(e.state),
+                            e.message
+                        ),
+                    ),
+                }
+            }
+        }
+        if grown.is_none() {
+            self.skip(CHECKS[2], "needs a grown volume");
+        }
+        grown
+    }
+
+    /// Check 10: the grown first volume, deleted by check 7, cannot grow.
+    async fn resize_of_a_deleted_volume(&mut self, grown: &PersistentVolume) {
+        let check = "resize of a deleted volume";
+        let name = grown.metadata.name.clone().unwrap_or_default();
+        let options = ResizeOptions {
+            requested_bytes: 2 * RESIZED_BYTES,
+            limit_bytes: None,
+        };
+        match self.resize(check, grown, &options).await {
+            Err(e) => self.pass(
+                check,
+                format!(
+                    "{name} (deleted) was refused: {}: {}",
+                    resize_state_name(e.state),
+                    e.message
+                ),
+            ),
+            Ok(r) => self.fail(
+                check,
+                format!(
+                    "{name} was deleted, yet resize said it grew to {} bytes; check that the volume's storage exists before reporting it grown",
+                    r.capacity_bytes
+                ),
+            ),
+        }
+    }
+
+    /// One resize through the host's own code, recording what was seen.
+    async fn resize(
+        &mut self,
+        check: &str,
+        pv: &PersistentVolume,
+        options: &ResizeOptions,
+    ) -> Result<Resized, ResizeError> {
+        let started = Instant::now();
+        let result = self.provisioner.resize(pv, options).await;
+        self.record_call(started.elapsed());
+        if let Err(e) = &result {
+            self.record_sandbox_failure(check, &e.message);
+        }
+        result
     }
 
     /// One provision through the host's own code, recording what was seen.
@@ -635,6 +782,35 @@ impl Suite {
     fn skip(&mut self, check: impl Into<String>, details: impl Into<String>) {
         self.push(Verdict::Skip, check, details);
     }
+}
+
+/// The size the resize checks grow the first volume to: 2Gi.
+const RESIZED_BYTES: u64 = 2 << 30;
+
+fn resize_state_name(state: ResizeState) -> &'static str {
+    match state {
+        ResizeState::Failed => "failed",
+        ResizeState::InBackground => "in-background",
+        ResizeState::NoChange => "no-change",
+        ResizeState::Infeasible => "infeasible",
+    }
+}
+
+fn capacity_of(pv: &PersistentVolume) -> Option<u64> {
+    let q = pv.spec.as_ref()?.capacity.as_ref()?.get("storage")?;
+    crate::quantity::parse_bytes(&q.0).ok()
+}
+
+/// `pv` as the host saves it after a resize: its new capacity.
+fn with_capacity(pv: &PersistentVolume, bytes: u64) -> PersistentVolume {
+    let mut pv = pv.clone();
+    if let Some(spec) = pv.spec.as_mut() {
+        spec.capacity = Some(BTreeMap::from([(
+            "storage".to_owned(),
+            Quantity(crate::quantity::Bytes(bytes).to_string()),
+        )]));
+    }
+    pv
 }
 
 /// How the host treats each provision error variant (see wit/provisioner.wit).

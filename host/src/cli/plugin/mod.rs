@@ -303,11 +303,12 @@ async fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
     println!(
         "contract:      wasmprov:provisioner@{} (supported by this host: {})",
         compiled.contract_version,
-        crate::runtime::bindings::CONTRACT_VERSION
+        crate::runtime::bindings::SUPPORTED_VERSIONS.join(", ")
     );
     println!(
-        "capabilities:  block-volumes={}",
-        plugin.capabilities().block_volumes
+        "capabilities:  block-volumes={} resize={}",
+        plugin.capabilities().block_volumes,
+        plugin.can_resize()
     );
     println!("load:          {:?} ({cache})", compiled.compile_time);
     println!("imports:");

@@ -1,0 +1,148 @@
+//! The hooks of one component, whichever contract version it was built
+//! against: each version's exports carry their version in their names, so
+//! they are found by different generated code, but they take and return the
+//! same Rust types (see [`super::bindings`]).
+
+use wasmtime::component::{Instance, InstancePre};
+use wasmtime::Store;
+
+use super::bindings::types::{
+    DeleteError, DeleteRequest, PluginCapabilities, ProvisionError, ProvisionRequest, ResizeError,
+    ResizeRequest, ResizedVolume, Volume,
+};
+use super::bindings::{v0_1, v0_2, RESIZER_INTERFACE};
+use super::sandbox::CallState;
+
+type PluginV0_1 = v0_1::exports::wasmprov::provisioner::plugin::GuestIndices;
+type PluginV0_2 = v0_2::exports::wasmprov::provisioner::plugin::GuestIndices;
+type ResizerV0_2 = v0_2::exports::wasmprov::provisioner::resizer::GuestIndices;
+
+/// A component linked against the sandbox, with its exports looked up once.
+#[derive(Clone)]
+pub(crate) struct Hooks {
+    pre: InstancePre<CallState>,
+    plugin: PluginExport,
+    /// `None`: the component does not export `resizer` (0.1 has none).
+    resizer: Option<ResizerV0_2>,
+}
+
+#[derive(Clone)]
+enum PluginExport {
+    V0_1(PluginV0_1),
+    V0_2(PluginV0_2),
+}
+
+impl Hooks {
+    /// Looks up the exports of a component built against `version` (already
+    /// checked to be one this host supports). Fails if their signatures
+    /// differ from the contract's.
+    pub(crate) fn new(
+        pre: InstancePre<CallState>,
+        version: &str,
+        exports_resizer: bool,
+    ) -> wasmtime::Result<Self> {
+        let (plugin, resizer) = if version.starts_with("0.1.") {
+            (PluginExport::V0_1(PluginV0_1::new(&pre)?), None)
+        } else {
+            let resizer = if exports_resizer {
+                Some(ResizerV0_2::new(&pre)?)
+            } else {
+                None
+            };
+            (PluginExport::V0_2(PluginV0_2::new(&pre)?), resizer)
+        };
+        Ok(Self {
+            pre,
+            plugin,
+            resizer,
+        })
+    }
+
+    pub(crate) fn has_resizer(&self) -> bool {
+        self.resizer.is_some()
+    }
+
+    pub(crate) fn engine(&self) -> &wasmtime::Engine {
+        self.pre.engine()
+    }
+
+    async fn instantiate(&self, store: &mut Store<CallState>) -> wasmtime::Result<Instance> {
+        self.pre.instantiate_async(store).await
+    }
+
+    pub(crate) async fn capabilities(
+        &self,
+        store: &mut Store<CallState>,
+    ) -> wasmtime::Result<PluginCapabilities> {
+        let instance = self.instantiate(store).await?;
+        match &self.plugin {
+            PluginExport::V0_1(i) => {
+                i.load(&mut *store, &instance)?
+                    .call_capabilities(store)
+                    .await
+            }
+            PluginExport::V0_2(i) => {
+                i.load(&mut *store, &instance)?
+                    .call_capabilities(store)
+                    .await
+            }
+        }
+    }
+
+    pub(crate) async fn provision(
+        &self,
+        store: &mut Store<CallState>,
+        request: &ProvisionRequest,
+    ) -> wasmtime::Result<Result<Volume, ProvisionError>> {
+        let instance = self.instantiate(store).await?;
+        match &self.plugin {
+            PluginExport::V0_1(i) => {
+                i.load(&mut *store, &instance)?
+                    .call_provision(store, request)
+                    .await
+            }
+            PluginExport::V0_2(i) => {
+                i.load(&mut *store, &instance)?
+                    .call_provision(store, request)
+                    .await
+            }
+        }
+    }
+
+    pub(crate) async fn delete(
+        &self,
+        store: &mut Store<CallState>,
+        request: &DeleteRequest,
+    ) -> wasmtime::Result<Result<(), DeleteError>> {
+        let instance = self.instantiate(store).await?;
+        match &self.plugin {
+            PluginExport::V0_1(i) => {
+                i.load(&mut *store, &instance)?
+                    .call_delete(store, request)
+                    .await
+            }
+            PluginExport::V0_2(i) => {
+                i.load(&mut *store, &instance)?
+                    .call_delete(store, request)
+                    .await
+            }
+        }
+    }
+
+    /// Fails like a trap if the component has no `resizer` export: callers
+    /// check [`Hooks::has_resizer`] first.
+    pub(crate) async fn resize(
+        &self,
+        store: &mut Store<CallState>,
+        request: &ResizeRequest,
+    ) -> wasmtime::Result<Result<ResizedVolume, ResizeError>> {
+        let Some(indices) = &self.resizer else {
+            wasmtime::bail!("the component does not export {RESIZER_INTERFACE}");
+        };
+        let instance = self.instantiate(store).await?;
+        indices
+            .load(&mut *store, &instance)?
+            .call_resize(store, request)
+            .await
+    }
+}
