@@ -69,6 +69,7 @@ on_both_servers!(
     a_claim_asking_for_more_gets_its_volume_grown,
     a_plugin_that_cannot_grow_volumes_marks_the_expansion_infeasible,
     an_infeasible_expansion_recovers_when_the_claim_asks_for_less,
+    a_volume_is_never_shrunk,
 );
 
 /// A cluster (real or simulated, with one node) with a wasmprov host
@@ -2465,4 +2466,46 @@ async fn an_infeasible_expansion_recovers_when_the_claim_asks_for_less(server: S
         (2u64 << 30).to_string()
     );
     c.event("data", "VolumeResizeSuccessful", "2Gi").await;
+}
+
+/// Asking for less than a grown volume holds: the real API server refuses
+/// the request itself; where one lets it through (the simulator does not
+/// validate it), the host says volumes cannot shrink and changes nothing.
+async fn a_volume_is_never_shrunk(server: Server) {
+    let c = Cluster::start(server, &[hostpath()]).await;
+    c.hostpath_class(
+        "growable",
+        serde_json::json!({"allowVolumeExpansion": true}),
+    )
+    .await;
+    c.claim("data", "growable", serde_json::json!({})).await;
+    let pv = c.bound_volume("data").await;
+    ask_for(&c, "data", "2Gi");
+    c.event("data", "VolumeResizeSuccessful", "2Gi").await;
+
+    let shrink = serde_json::json!({"spec": {"resources": {"requests": {"storage": "1Gi"}}}});
+    let patched = c
+        .claims()
+        .patch(
+            "data",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&shrink),
+        )
+        .await;
+    match server {
+        Server::Real => {
+            let err = patched.expect_err("the API server refuses a smaller request");
+            assert!(err.to_string().contains("less than"), "{err}");
+        }
+        Server::Simulated => {
+            patched.unwrap();
+            c.event("data", "VolumeResizeFailed", "volumes cannot shrink")
+                .await;
+        }
+    }
+    let volume = c.volumes().get(&pv.name_any()).await.unwrap();
+    assert_eq!(
+        storage_bytes(volume.spec.as_ref().unwrap().capacity.as_ref()),
+        Some(2 << 30)
+    );
 }

@@ -112,8 +112,12 @@ pub fn plan(
         .map(String::as_str);
     let in_progress = state == Some(keys::CONTROLLER_RESIZE_IN_PROGRESS);
     let infeasible = state == Some(keys::CONTROLLER_RESIZE_INFEASIBLE);
+    let allocated = storage(status.allocated_resources.as_ref());
+    // Less than an expansion made: a real API server refuses such a request
+    // (below status.capacity); one that does not gets told, not obeyed.
+    let shrink = state.is_none() && request < capacity && allocated.is_some_and(|a| request < a);
     // The node's part (the kubelet's) or nothing asked.
-    if !(in_progress || infeasible) && (state.is_some() || request <= capacity) {
+    if !(in_progress || infeasible || shrink) && (state.is_some() || request <= capacity) {
         return ResizePlan::Nothing;
     }
     let Some(pv) = pv else {
@@ -126,9 +130,16 @@ pub fn plan(
         return ResizePlan::Nothing;
     }
     let pv_name = pv.name_any();
+    if shrink {
+        return ResizePlan::Refuse(format!(
+            "the claim asks for {} but its volume {pv_name} holds {}: volumes cannot shrink, so nothing changed; ask for at least {}",
+            Bytes(request),
+            Bytes(capacity),
+            Bytes(capacity)
+        ));
+    }
     let pv_capacity = pv.spec.as_ref().and_then(|s| s.capacity.as_ref());
     let pv_size = storage(pv_capacity).unwrap_or(0);
-    let allocated = storage(status.allocated_resources.as_ref());
     let target = match allocated {
         Some(allocated) if in_progress => allocated,
         _ => request,
@@ -715,6 +726,26 @@ mod tests {
         assert_eq!(
             plan(&recovered, Some(&pv1), Some(&class), &names()),
             grow(3 * GI)
+        );
+    }
+
+    #[test]
+    fn asking_for_less_than_an_expansion_made_is_refused_and_a_rounded_up_volume_is_not() {
+        let pv2 = pv("2Gi", Some("hostpath"));
+        let class = class(Some(true));
+        let shrunk = claim("1Gi", "2Gi", None, Some("2Gi"));
+        let ResizePlan::Refuse(m) = plan(&shrunk, Some(&pv2), Some(&class), &names()) else {
+            panic!("refused")
+        };
+        assert!(
+            m.contains("cannot shrink") && m.contains("at least 2Gi"),
+            "{m}"
+        );
+        // Provisioned larger than asked (rounded up), never expanded.
+        let rounded = claim("1Gi", "2Gi", None, None);
+        assert_eq!(
+            plan(&rounded, Some(&pv2), Some(&class), &names()),
+            ResizePlan::Nothing
         );
     }
 
