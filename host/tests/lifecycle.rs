@@ -2274,7 +2274,9 @@ fn ask_for(c: &Cluster, claim: &str, size: &str) {
         .kubectl(&["patch", "pvc", claim, "-n", "default", "-p", &patch]);
 }
 
-async fn a_claim_asking_for_more_gets_its_volume_grown(server: Server) {
+/// A host serving hostpath, a class `growable` that allows expansion, and
+/// its claim `data`, Bound.
+async fn growable_claim(server: Server) -> (Cluster, PersistentVolume) {
     let c = Cluster::start(server, &[hostpath()]).await;
     c.hostpath_class(
         "growable",
@@ -2283,16 +2285,26 @@ async fn a_claim_asking_for_more_gets_its_volume_grown(server: Server) {
     .await;
     c.claim("data", "growable", serde_json::json!({})).await;
     let pv = c.bound_volume("data").await;
+    (c, pv)
+}
+
+/// The claim once its status shows `bytes` (what `kubectl get pvc` shows).
+async fn holding(c: &Cluster, claim: &str, bytes: u64) -> PersistentVolumeClaim {
+    let claims = c.claims();
+    eventually(&format!("claim {claim} holds {bytes} bytes"), || async {
+        let found = claims.get(claim).await.ok()?;
+        let capacity = storage_bytes(found.status.as_ref()?.capacity.as_ref())?;
+        (capacity == bytes).then_some(found)
+    })
+    .await
+}
+
+async fn a_claim_asking_for_more_gets_its_volume_grown(server: Server) {
+    let (c, pv) = growable_claim(server).await;
 
     ask_for(&c, "data", "2Gi");
     // Done when the claim shows the new size; what `kubectl get pvc` shows.
-    let claims = c.claims();
-    let claim = eventually("claim data holds 2Gi", || async {
-        let claim = claims.get("data").await.ok()?;
-        let capacity = storage_bytes(claim.status.as_ref()?.capacity.as_ref())?;
-        (capacity == 2 << 30).then_some(claim)
-    })
-    .await;
+    let claim = holding(&c, "data", 2 << 30).await;
     let grown = c.volumes().get(&pv.name_any()).await.unwrap();
     assert_eq!(
         storage_bytes(grown.spec.as_ref().unwrap().capacity.as_ref()),
@@ -2445,12 +2457,7 @@ async fn an_infeasible_expansion_recovers_when_the_claim_asks_for_less(server: S
     );
 
     ask_for(&c, "data", "2Gi");
-    let claim = eventually("claim data holds 2Gi", || async {
-        let claim = claims.get("data").await.ok()?;
-        let capacity = storage_bytes(claim.status.as_ref()?.capacity.as_ref())?;
-        (capacity == 2 << 30).then_some(claim)
-    })
-    .await;
+    let claim = holding(&c, "data", 2 << 30).await;
     assert_eq!(state(&claim), None, "the expansion is over");
     let status = claim.status.as_ref().unwrap();
     assert!(
@@ -2472,14 +2479,7 @@ async fn an_infeasible_expansion_recovers_when_the_claim_asks_for_less(server: S
 /// the request itself; where one lets it through (the simulator does not
 /// validate it), the host says volumes cannot shrink and changes nothing.
 async fn a_volume_is_never_shrunk(server: Server) {
-    let c = Cluster::start(server, &[hostpath()]).await;
-    c.hostpath_class(
-        "growable",
-        serde_json::json!({"allowVolumeExpansion": true}),
-    )
-    .await;
-    c.claim("data", "growable", serde_json::json!({})).await;
-    let pv = c.bound_volume("data").await;
+    let (c, pv) = growable_claim(server).await;
     ask_for(&c, "data", "2Gi");
     c.event("data", "VolumeResizeSuccessful", "2Gi").await;
 
