@@ -98,8 +98,9 @@ impl Events {
         action: &str,
         note: String,
     ) {
-        // The API server rejects notes over 1 KiB.
-        let note = crate::text::truncate(&note, 1000).into_owned();
+        // The API server rejects notes over 1 KiB. A note can quote a plugin:
+        // no control character reaches `kubectl describe` or a log.
+        let note = crate::text::untrusted(&note, 1000).into_owned();
         let key = Key {
             regarding: (
                 object.uid.clone(),

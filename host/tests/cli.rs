@@ -180,6 +180,44 @@ fn invoke_prints_the_persistent_volume_and_is_idempotent_then_delete_removes_it(
     );
 }
 
+/// A plugin's log line, stdout and error reach the terminal with their
+/// control characters escaped: no screen clearing, no forged lines.
+#[test]
+fn invoke_shows_plugin_text_without_its_control_characters() {
+    let s = sample("1Mi");
+    let class = write(
+        s.dir.path(),
+        "control.yaml",
+        "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata: {name: control}\n\
+         provisioner: wasmprov.io/host\nparameters: {behavior: control-text}\n",
+    );
+    let misbehave = guest_path("misbehave");
+    let out = Command::new(env!("CARGO_BIN_EXE_wasmprov"))
+        .args(["plugin", "invoke", misbehave.to_str().unwrap(), "--class"])
+        .args([&class, "--pvc", &s.pvc])
+        .env(
+            "WASMPROV_CACHE_DIR",
+            workspace_root().join("target/test-compile-cache"),
+        )
+        .env("WASMPROV_LOG", "debug")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let all = [out.stdout.as_slice(), out.stderr.as_slice()].concat();
+    for raw in [&b"\x1b"[..], b"\r", b"\0", "\u{202e}".as_bytes()] {
+        assert!(
+            !all.windows(raw.len()).any(|w| w == raw),
+            "{raw:?} reached the terminal: {}",
+            String::from_utf8_lossy(&all)
+        );
+    }
+    let err = stderr(&out);
+    for line in ["log \\u{1b}[2J", "stdout \\u{1b}[2J", "failed \\u{1b}[2J"] {
+        assert!(err.contains(line), "{line}: {err}");
+    }
+    assert!(!err.contains("\nlevel=INFO msg"), "a forged line: {err}");
+}
+
 #[test]
 fn invoke_reports_an_invalid_claim_with_a_non_zero_exit() {
     let hostpath = plugin_path("hostpath");

@@ -264,6 +264,13 @@ fn misbehave_test(behavior: &str, policy: &str) -> Run {
     } else {
         format!("\n    output: {MISBEHAVE_OUTPUT}")
     };
+    // Where the healthy volume's directory is made (see OK_PREOPEN).
+    let preopens = if policy.contains("preopens:") {
+        String::new()
+    } else {
+        ok_preopen();
+        format!("\n    preopens: [{OK_PREOPEN}]")
+    };
     let scratch = tempfile::tempdir().unwrap();
     let class = scratch.path().join("sc.yaml");
     std::fs::write(
@@ -277,7 +284,7 @@ fn misbehave_test(behavior: &str, policy: &str) -> Run {
     let policy_file = scratch.path().join("policy.yaml");
     std::fs::write(
         &policy_file,
-        format!("plugins:\n  misbehave:\n    {policy}{output}\n"),
+        format!("plugins:\n  misbehave:\n    {policy}{output}{preopens}\n"),
     )
     .unwrap();
     let output = Command::new(env!("CARGO_BIN_EXE_wasmprov"))
@@ -476,7 +483,14 @@ fn delete(
 #[test]
 fn plugin_test_reports_a_plugin_whose_output_the_policy_refuses() {
     // The healthy volume of misbehave is a hostPath under /tmp/ok.
-    let run = misbehave_test("ok", "output: {sources: [hostPath], paths: [/srv/volumes]}");
+    let elsewhere = tempfile::tempdir().unwrap();
+    let run = misbehave_test(
+        "ok",
+        &format!(
+            "output: {{sources: [hostPath], paths: [{}]}}",
+            elsewhere.path().display()
+        ),
+    );
     run.assert_row(
         "provision",
         "FAIL",
@@ -487,7 +501,10 @@ fn plugin_test_reports_a_plugin_whose_output_the_policy_refuses() {
         "FAIL",
         &[
             "1 volume(s) refused",
-            "is not in a granted directory (/srv/volumes) (grant: output.paths)",
+            &format!(
+                "is not in a granted directory ({}) (grant: output.paths)",
+                elsewhere.path().display()
+            ),
             "plugins.misbehave.output",
         ],
     );
@@ -506,7 +523,7 @@ fn nfs_subdir_keeps_hostile_patterns_inside_the_share_and_archives_on_delete() {
     let class = s.class(
         "nfs",
         "nfs-subdir",
-        "server: 10.0.0.5, share: /exports/k8s, pathPattern: '${.PVC.annotations.dir}'",
+        "server: 10.0.0.5, share: /exports/k8s, pathPattern: '${.PVC.annotations.dir}/${.PV.name}'",
     );
     let pvc = s.claim("data", "1Gi", "dir: ../../escape/..");
     let pv = invoke("nfs-subdir", &class, &pvc, Some(&policy)).unwrap();
@@ -885,7 +902,7 @@ fn static_pool_hands_out_each_volume_once_and_takes_it_back_on_delete() {
     let policy = s.write(
         "policy.yaml",
         "plugins:\n  static-pool:\n    preopens: [{host: @@/pool, guest: /pool, mode: read-write}]\n    \
-         output: {sources: [nfs], nfsExports: [\"10.0.0.5:/exports\"], annotationPrefixes: [static-pool/]}\n",
+         output: {sources: [nfs], nfsExports: [\"10.0.0.5:/exports\"], annotationPrefixes: [static-pool/], requireVolumeName: false}\n",
     );
     let class = s.class("small", "static-pool", "pool: small");
     let a = s.claim("a", "1Gi", "");

@@ -1103,7 +1103,12 @@ impl Pod {
                 std::fs::create_dir_all(&local).unwrap();
             } else if let Some(h) = &v.host_path {
                 let on_node = node.join(h.path.trim_start_matches('/'));
-                std::fs::create_dir_all(&on_node).unwrap();
+                std::fs::create_dir_all(&on_node).unwrap_or_else(|e| {
+                    panic!(
+                        "make the node's {} as a kubelet would (run the tests as root): {e}",
+                        on_node.display()
+                    )
+                });
                 mounts.push((m.mount_path.clone(), on_node));
                 continue;
             } else {
@@ -1424,8 +1429,12 @@ async fn the_host_calls_exactly_what_rbac_allows(server: Server, api_source: boo
 
     // Two replicas of the Deployment on one node, as the ServiceAccount.
     let d: Deployment = one(&objects, "Deployment").typed();
-    let node = tempfile::tempdir().unwrap();
-    let kubeconfig = node.path().join("kubeconfig");
+    // The node is this machine, as for a kubelet: the pods' hostPath
+    // volumes are the real directories, which the host checks a volume's
+    // path against (it refuses a hostPath it cannot see). Needs root.
+    let node = Path::new("/");
+    let scratch = tempfile::tempdir().unwrap();
+    let kubeconfig = scratch.path().join("kubeconfig");
     std::fs::write(
         &kubeconfig,
         host_kubeconfig(&cluster, &ns, &container_sa(&objects)).await,
@@ -1434,7 +1443,7 @@ async fn the_host_calls_exactly_what_rbac_allows(server: Server, api_source: boo
     let mut pods = Vec::new();
     let mut hosts = Vec::new();
     for name in ["wasmprov-7d4f-a", "wasmprov-7d4f-b"] {
-        let pod = Pod::start(&client, &d, node.path()).await;
+        let pod = Pod::start(&client, &d, node).await;
         // The policy's preopens name container paths: map them too.
         let policy = pod.local(&flag(&container(&d), "policy").unwrap()).unwrap();
         let mut text = std::fs::read_to_string(&policy).unwrap();

@@ -18,6 +18,7 @@ use wasmprov::wasm_provisioner::WasmProvisioner;
 const STEP: Duration = Duration::from_secs(60);
 
 async fn guest(policy: SandboxPolicy) -> WasmProvisioner {
+    ok_preopen();
     let output = PolicySet::parse(
         "plugins: {go-misbehave: {output: {sources: [hostPath], paths: [/tmp/ok], \
          annotationPrefixes: [go-misbehave.test/]}}}",

@@ -63,6 +63,7 @@ on_both_servers!(
     a_claim_given_up_on_is_tried_again_at_the_next_resync,
     a_claim_waiting_for_its_plugin_is_provisioned_when_the_plugin_loads,
     a_volume_outside_the_plugins_output_policy_is_refused_and_its_storage_removed,
+    a_plugin_cannot_hand_a_claim_another_claims_directory,
     a_claim_deleted_after_no_change_still_has_its_storage_removed,
     the_storage_of_an_unsaved_volume_is_deleted_with_retries,
     the_volumes_of_a_replaced_go_provisioner_are_adopted_and_reclaimed,
@@ -473,12 +474,13 @@ async fn host(
     let policy = format!(
         "plugins:\n  hostpath:\n    preopens: [{{host: {dir}, guest: /volumes, mode: read-write}}]\n    \
          output: {{sources: [hostPath], paths: [{dir}]}}\n  \
-         misbehave:\n    preopens: [{{host: {dir}, guest: /data, mode: read-write}}]\n    \
+         misbehave:\n    preopens: [{{host: {dir}, guest: /data, mode: read-write}}, {OK_PREOPEN}]\n    \
          output: {MISBEHAVE_OUTPUT}\n  \
          quota-dir:\n    preopens: [{{host: {dir}, guest: /volumes, mode: read-write}}]\n    \
          output: {{sources: [hostPath], paths: [{dir}], annotationPrefixes: [quota-dir/]}}\n",
         dir = volumes.display()
     );
+    ok_preopen();
     let policies = PolicySet::parse(&policy, Path::new("policy.yaml")).unwrap();
     let runtime = Runtime::new(RuntimeConfig {
         cache_dir: Some(workspace_root().join("target/test-compile-cache")),
@@ -673,6 +675,44 @@ async fn a_volume_outside_the_plugins_output_policy_is_refused_and_its_storage_r
     assert!(
         left.is_empty(),
         "the plugin's directory was removed: {left:?}"
+    );
+}
+
+async fn a_plugin_cannot_hand_a_claim_another_claims_directory(server: Server) {
+    let c = Cluster::start(server, &[misbehave()]).await;
+    c.misbehave_class("ok", "ok").await;
+    c.claim("first", "ok", serde_json::json!({})).await;
+    let first = c.bound_volume("first").await;
+    let path = first.spec.unwrap().host_path.unwrap().path;
+    // A plugin (compromised, or with a bug) answers the next claim with
+    // the first claim's directory: under its grant, real, and not its own.
+    let source = serde_json::json!({"hostPath": {"path": path}}).to_string();
+    c.class(
+        "steal",
+        &[
+            ("plugin", "misbehave"),
+            ("behavior", "return"),
+            ("source", &source),
+        ],
+        serde_json::json!({}),
+    )
+    .await;
+    c.claim("second", "steal", serde_json::json!({})).await;
+    let e = c
+        .event("second", "ProvisioningFailed", "output policy refuses")
+        .await;
+    let message = e.message.unwrap();
+    assert!(
+        message.contains(&format!(
+            "hostPath.path {path:?} does not name the volume pvc-"
+        )),
+        "{message}"
+    );
+    let volumes = c.volumes().list(&ListParams::default()).await.unwrap();
+    assert_eq!(
+        volumes.items.len(),
+        1,
+        "only the first claim's: {volumes:?}"
     );
 }
 

@@ -9,10 +9,11 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::PersistentVolume;
+use k8s_openapi::api::core::v1::{Node, PersistentVolume};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use support::*;
 use wasmprov::policy::{DirMode, PolicySet, Preopen, SandboxPolicy};
-use wasmprov::provisioner::{ProvisionError, ProvisionState};
+use wasmprov::provisioner::{ProvisionError, ProvisionState, ResizeOptions, ResizeState};
 use wasmprov::wasm_provisioner::{WasmProvisioner, MAX_MESSAGE_BYTES, REFUSED_BY_POLICY};
 
 const STEP: Duration = Duration::from_secs(60);
@@ -21,6 +22,7 @@ const STEP: Duration = Duration::from_secs(60);
 /// `entry` (policy-file YAML, e.g. `output: {...}`; empty: nothing granted).
 async fn plugin(dir: &Path, entry: &str) -> WasmProvisioner {
     let yaml = format!("plugins: {{misbehave: {{{entry}}}}}");
+    ok_preopen();
     let output = PolicySet::parse(&yaml, Path::new("policy.yaml"))
         .unwrap_or_else(|e| panic!("{yaml}: {e}"))
         .output_for("misbehave");
@@ -87,9 +89,11 @@ async fn host_paths_stay_in_the_granted_directory() {
     let root = dir.path().display().to_string();
     let p = plugin(dir.path(), &hostpath_in(&root)).await;
 
-    // Inside: saved as returned.
+    // Inside, made by the plugin: saved as returned.
     let inside = json(serde_json::json!({"hostPath": {"path": format!("{root}/pvc-out")}}));
-    let pv = returning(&p, &[("source", &inside)]).await.unwrap();
+    let pv = returning(&p, &[("source", &inside), ("mkdir", "/data/pvc-out")])
+        .await
+        .unwrap();
     assert_eq!(
         pv.spec.unwrap().host_path.unwrap().path,
         format!("{root}/pvc-out")
@@ -176,9 +180,9 @@ async fn nfs_servers_csi_drivers_and_secret_namespaces_need_grants() {
     )
     .await;
     let granted = [
-        json(serde_json::json!({"nfs": {"server": "10.0.0.5", "path": "/exports/a"}})),
+        json(serde_json::json!({"nfs": {"server": "10.0.0.5", "path": "/exports/pvc-out"}})),
         json(
-            serde_json::json!({"csi": {"driver": "disk.example.com", "volumeHandle": "v",
+            serde_json::json!({"csi": {"driver": "disk.example.com", "volumeHandle": "vol-pvc-out",
             "nodePublishSecretRef": {"name": "creds", "namespace": "storage"}}}),
         ),
     ];
@@ -190,8 +194,8 @@ async fn nfs_servers_csi_drivers_and_secret_namespaces_need_grants() {
     }
     let refused = [
         (
-            json(serde_json::json!({"nfs": {"server": "10.9.9.9", "path": "/exports/a"}})),
-            "nfs 10.9.9.9:/exports/a is not in a granted export (10.0.0.5:/exports)",
+            json(serde_json::json!({"nfs": {"server": "10.9.9.9", "path": "/exports/pvc-out"}})),
+            "nfs 10.9.9.9:/exports/pvc-out is not in a granted export (10.0.0.5:/exports)",
         ),
         (
             json(serde_json::json!({"csi": {"driver": "evil.example.com", "volumeHandle": "v"}})),
@@ -199,7 +203,7 @@ async fn nfs_servers_csi_drivers_and_secret_namespaces_need_grants() {
         ),
         (
             json(
-                serde_json::json!({"csi": {"driver": "disk.example.com", "volumeHandle": "v",
+                serde_json::json!({"csi": {"driver": "disk.example.com", "volumeHandle": "vol-pvc-out",
                 "nodePublishSecretRef": {"name": "admin-token", "namespace": "kube-system"}}}),
             ),
             "csi.nodePublishSecretRef refers to a Secret in namespace \"kube-system\"",
@@ -242,7 +246,7 @@ async fn mount_options_labels_and_annotations_need_grants() {
         ),
         (
             ("mount-options", "noatime,exec"),
-            "mount option \"noatime,exec\" is not granted",
+            "mount option \"noatime,exec\" is not one mount option: it holds ','",
         ),
         (
             ("labels", "team=blue"),
@@ -307,7 +311,15 @@ async fn oversized_answers_are_refused_and_messages_cut() {
 #[tokio::test]
 async fn a_refused_volume_whose_storage_cannot_be_deleted_stays_in_progress() {
     let dir = tempfile::tempdir().unwrap();
-    let p = plugin(dir.path(), "output: {sources: [hostPath], paths: [/srv]}").await;
+    let elsewhere = tempfile::tempdir().unwrap();
+    let p = plugin(
+        dir.path(),
+        &format!(
+            "output: {{sources: [hostPath], paths: [{}]}}",
+            elsewhere.path().display()
+        ),
+    )
+    .await;
     let err = returning(&p, &[("delete-fails", "true")])
         .await
         .expect_err("/tmp/ok is not granted");
@@ -382,4 +394,375 @@ async fn secret_parameters_reach_provision_but_are_never_written_on_the_volume()
     let p = plugin(dir.path(), &format!("output: {MISBEHAVE_OUTPUT}")).await;
     let pv = p.provision(&opts).await.unwrap();
     assert!(pv.metadata.annotations.unwrap()["wasmprov.io/parameters"].contains("hunter2"));
+}
+
+/// A volume named like the host names them (`pvc-<uid>`), for the claim-bound
+/// checks that look for another volume's directory.
+const OTHER_VOLUME: &str = "pvc-0b7c1a52-7f1e-4e8e-9d52-3f0b7c1a5200";
+
+#[tokio::test]
+async fn a_volume_is_its_claims_own_never_another_claims() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().display().to_string();
+    std::fs::create_dir_all(dir.path().join(OTHER_VOLUME).join("pvc-out")).unwrap();
+    std::fs::create_dir_all(dir.path().join("shared")).unwrap();
+    let p = plugin(dir.path(), &hostpath_in(&root)).await;
+    for (path, want) in [
+        (
+            root.clone(),
+            "itself; a volume must be a directory of its own below it",
+        ),
+        (
+            format!("{root}/shared"),
+            "does not name the volume pvc-out in its last part \"shared\"",
+        ),
+        (
+            format!("{root}/{OTHER_VOLUME}"),
+            "does not name the volume pvc-out",
+        ),
+        (
+            format!("{root}/{OTHER_VOLUME}/pvc-out"),
+            "is inside \"pvc-0b7c1a52-7f1e-4e8e-9d52-3f0b7c1a5200\", another volume's directory",
+        ),
+    ] {
+        let source = json(serde_json::json!({"hostPath": {"path": path}}));
+        assert_refused(
+            returning(&p, &[("source", &source)]).await,
+            dir.path(),
+            want,
+        );
+    }
+
+    let p = plugin(
+        dir.path(),
+        "output: {sources: [nfs, csi], nfsExports: ['10.0.0.5:/exports'], csiDrivers: [disk.example.com]}",
+    )
+    .await;
+    for (source, want) in [
+        (
+            serde_json::json!({"nfs": {"server": "10.0.0.5", "path": "/exports/"}}),
+            "nfs.path \"/exports/\" is 10.0.0.5:/exports itself",
+        ),
+        (
+            serde_json::json!({"nfs": {"server": "10.0.0.5", "path": "/exports/pvc-out/data"}}),
+            "does not name the volume pvc-out in its last part \"data\"",
+        ),
+        (
+            serde_json::json!({"csi": {"driver": "disk.example.com", "volumeHandle": "vol-7"}}),
+            "csi.volumeHandle \"vol-7\" does not name the volume pvc-out",
+        ),
+    ] {
+        assert_refused(
+            returning(&p, &[("source", &json(source))]).await,
+            dir.path(),
+            want,
+        );
+    }
+
+    // A pool of existing storage (static-pool) opts out of the name, not of
+    // the rest.
+    let p = plugin(
+        dir.path(),
+        "output: {sources: [nfs], nfsExports: ['10.0.0.5:/exports'], requireVolumeName: false}",
+    )
+    .await;
+    let pooled = json(serde_json::json!({"nfs": {"server": "10.0.0.5", "path": "/exports/vol-1"}}));
+    returning(&p, &[("source", &pooled)]).await.unwrap();
+    std::fs::remove_file(made(dir.path())).unwrap();
+    let root_export = json(serde_json::json!({"nfs": {"server": "10.0.0.5", "path": "/exports"}}));
+    assert_refused(
+        returning(&p, &[("source", &root_export)]).await,
+        dir.path(),
+        "itself",
+    );
+}
+
+#[tokio::test]
+async fn a_path_the_host_cannot_see_or_under_a_grant_swapped_for_a_link_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().display().to_string();
+    let p = plugin(dir.path(), &hostpath_in(&root)).await;
+    for path in [format!("{root}/pvc-out"), format!("{root}/later/pvc-out")] {
+        let source = json(serde_json::json!({"hostPath": {"path": path}}));
+        assert_refused(
+            returning(&p, &[("source", &source)]).await,
+            dir.path(),
+            "cannot be checked (No such file or directory (os error 2)); the plugin must create the volume's directory before returning it",
+        );
+    }
+
+    // The granted directory is moved away after the policy loaded and a
+    // link to the moved copy (or anywhere) put in its place.
+    let base = tempfile::tempdir().unwrap();
+    let grant = base.path().join("grant");
+    std::fs::create_dir(&grant).unwrap();
+    let p = plugin(&grant, &hostpath_in(&grant.display().to_string())).await;
+    std::fs::rename(&grant, base.path().join("moved")).unwrap();
+    std::os::unix::fs::symlink(base.path().join("moved"), &grant).unwrap();
+    let source = json(serde_json::json!({"hostPath": {"path": grant.join("pvc-out")}}));
+    let err = returning(&p, &[("source", &source), ("mkdir", "/data/pvc-out")])
+        .await
+        .expect_err("a grant that is now a link");
+    assert!(
+        err.message.contains("the granted directory")
+            && err.message.contains("goes through a symbolic link"),
+        "{}",
+        err.message
+    );
+    assert!(
+        !base.path().join("moved/pvc-out.made").exists(),
+        "cleaned up"
+    );
+}
+
+#[test]
+fn a_policy_that_could_let_a_plugin_replace_a_grant_is_refused_at_load() {
+    let base = tempfile::tempdir().unwrap();
+    let grant = base.path().join("volumes");
+    std::fs::create_dir(&grant).unwrap();
+    let parse = |yaml: String| PolicySet::parse(&yaml, Path::new("policy.yaml")).map(|_| ());
+    // Another plugin may write in the directory holding the grant.
+    let err = parse(format!(
+        "plugins:\n  a:\n    output: {{sources: [hostPath], paths: [{g}]}}\n  \
+         b:\n    preopens: [{{host: {base}, guest: /x, mode: read-write}}]\n",
+        g = grant.display(),
+        base = base.path().display()
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("plugins.b.preopens[0].host")
+            && err.contains("which plugins.a.output.paths grants"),
+        "{err}"
+    );
+    // Read-only, or the grant itself: fine.
+    parse(format!(
+        "plugins:\n  a:\n    preopens: [{{host: {g}, guest: /v, mode: read-write}}, {{host: {base}, guest: /x}}]\n    \
+         output: {{sources: [hostPath], paths: [{g}]}}\n",
+        g = grant.display(),
+        base = base.path().display()
+    ))
+    .unwrap();
+    // A grant that does not exist, or holds a volume swapped for a link.
+    let err = parse(format!(
+        "plugins: {{a: {{output: {{sources: [hostPath], paths: [{}]}}}}}}",
+        base.path().join("missing").display()
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("the granted directory must exist"), "{err}");
+    std::os::unix::fs::symlink("/", grant.join(OTHER_VOLUME)).unwrap();
+    let err = parse(format!(
+        "plugins: {{a: {{output: {{sources: [hostPath], paths: [{}]}}}}}}",
+        grant.display()
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("is a symbolic link (to /)"), "{err}");
+}
+
+#[tokio::test]
+async fn a_mount_option_cannot_smuggle_others_past_a_key_grant() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plugin(
+        dir.path(),
+        &format!(
+            "output: {{sources: [hostPath], paths: [{OK_ROOT}], mountOptions: [\"nfsvers=*\"]}}"
+        ),
+    )
+    .await;
+    returning(&p, &[("mount-options", "nfsvers=4.1")])
+        .await
+        .unwrap();
+    std::fs::remove_file(made(dir.path())).unwrap();
+    for (option, holds) in [
+        ("nfsvers=4.1,exec,suid,dev", "','"),
+        ("nfsvers=4.1 exec", "' '"),
+        ("nfsvers=4.1\texec", "'\\t'"),
+        ("nfsvers=4.1\u{1b}", "'\\u{1b}'"),
+    ] {
+        assert_refused(
+            returning(&p, &[("mount-options", option)]).await,
+            dir.path(),
+            &format!("is not one mount option: it holds {holds}"),
+        );
+    }
+}
+
+#[tokio::test]
+async fn every_granted_kind_has_its_location_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plugin(
+        dir.path(),
+        "output: {sources: [csi], uncheckedSources: [iscsi, cephfs], csiDrivers: [{name: disk.example.com, volumeHandlePrefixes: [pool-a/], volumeAttributes: ['tier=fast']}]}",
+    )
+    .await;
+    for granted in [
+        serde_json::json!({"csi": {"driver": "disk.example.com", "volumeHandle": "pool-a/pvc-out",
+            "volumeAttributes": {"tier": "fast"}}}),
+        serde_json::json!({"iscsi": {"targetPortal": "10.0.0.9:3260", "iqn": "iqn.2001-04.com.example:a", "lun": 0}}),
+    ] {
+        returning(&p, &[("source", &json(granted.clone()))])
+            .await
+            .unwrap_or_else(|e| panic!("{granted}: {}", e.message));
+        std::fs::remove_file(made(dir.path())).unwrap();
+    }
+    for (source, want) in [
+        (
+            serde_json::json!({"csi": {"driver": "disk.example.com", "volumeHandle": "pool-b/pvc-out"}}),
+            "does not start with a granted prefix for driver disk.example.com (pool-a/)",
+        ),
+        (
+            serde_json::json!({"csi": {"driver": "disk.example.com", "volumeHandle": "pool-a/pvc-out",
+                "volumeAttributes": {"tier": "fast", "path": "/"}}}),
+            "csi.volumeAttributes \"path=/\" is not granted for driver disk.example.com (tier=fast)",
+        ),
+        (
+            serde_json::json!({"csi": {"driver": "disk.example.com", "volumeHandle": "pool-a/pvc-out",
+                "volumeAttributes": {"csi.storage.k8s.io/ephemeral": "true"}}}),
+            "is under csi.storage.k8s.io/, which Kubernetes sets itself",
+        ),
+        (
+            serde_json::json!({"cephfs": {"monitors": ["10.0.0.9:6789"], "secretFile": "/etc/ceph/admin.secret"}}),
+            "cephfs.secretFile names a file on the node as credentials",
+        ),
+        (
+            serde_json::json!({"rbd": {"monitors": ["10.0.0.9:6789"], "image": "i", "keyring": "/etc/ceph/keyring"}}),
+            "it returned a rbd source",
+        ),
+    ] {
+        assert_refused(
+            returning(&p, &[("source", &json(source))]).await,
+            dir.path(),
+            want,
+        );
+    }
+    // A kind with no location check is not granted by `sources`.
+    let err = PolicySet::parse(
+        "plugins: {p: {output: {sources: [iscsi]}}}",
+        Path::new("policy.yaml"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("plugins.p.output.sources[0]") && err.contains("uncheckedSources"),
+        "{err}"
+    );
+}
+
+fn node(name: &str) -> Node {
+    Node {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            labels: Some([("kubernetes.io/hostname".to_owned(), name.to_owned())].into()),
+            ..ObjectMeta::default()
+        },
+        ..Node::default()
+    }
+}
+
+#[tokio::test]
+async fn a_plugin_cannot_pin_a_volume_to_a_node_the_scheduler_did_not_pick() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plugin(dir.path(), &format!("output: {MISBEHAVE_OUTPUT}")).await;
+    let on = |pin: &str| {
+        let mut opts = options(
+            "pvc-out",
+            class(
+                "pin",
+                &[("behavior", "return"), ("dir", "/data"), ("pin-to", pin)],
+            ),
+            claim("data", "1Mi"),
+        );
+        opts.selected_node = Some(node("node-a"));
+        opts
+    };
+    let pv = p.provision(&on("node-a")).await.unwrap();
+    assert!(pv.spec.unwrap().node_affinity.is_some());
+    std::fs::remove_file(made(dir.path())).unwrap();
+    assert_refused(
+        p.provision(&on("node-b")).await,
+        dir.path(),
+        "node-affinity term 0 does not select node node-a, which the scheduler picked",
+    );
+}
+
+#[tokio::test]
+async fn sizes_above_the_plugins_maximum_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plugin(
+        dir.path(),
+        &format!("output: {{sources: [hostPath], paths: [{OK_ROOT}], maxCapacity: 1Gi}}"),
+    )
+    .await;
+    // A plugin answering with more than the maximum (here 16 EiB - 1).
+    assert_refused(
+        returning(&p, &[("capacity-bytes", &u64::MAX.to_string())]).await,
+        dir.path(),
+        "above the largest volume the policy lets this plugin make, 1Gi (grant: output.maxCapacity)",
+    );
+    // A claim asking for more is refused before the plugin is called.
+    let opts = options(
+        "pvc-big",
+        class("big", &[("behavior", "return"), ("dir", "/data")]),
+        claim("data", "2Gi"),
+    );
+    let err = p.provision(&opts).await.unwrap_err();
+    assert_eq!(
+        err.state,
+        ProvisionState::InvalidArgument,
+        "{}",
+        err.message
+    );
+    assert!(
+        err.message.contains("may make volumes of at most 1Gi"),
+        "{}",
+        err.message
+    );
+    assert!(
+        !dir.path().join("pvc-big.made").exists(),
+        "the plugin was not called"
+    );
+
+    // Growing past it is infeasible, before the plugin is called.
+    let volumes = tempfile::tempdir().unwrap();
+    let entry = format!(
+        "plugins: {{hostpath: {{output: {{sources: [hostPath], paths: [{0}], maxCapacity: 1Gi}}}}}}",
+        volumes.path().display()
+    );
+    let output = PolicySet::parse(&entry, Path::new("policy.yaml"))
+        .unwrap()
+        .output_for("hostpath");
+    let sandbox = SandboxPolicy {
+        preopens: vec![Preopen {
+            host: volumes.path().to_owned(),
+            guest: "/volumes".into(),
+            mode: DirMode::ReadWrite,
+        }],
+        ..SandboxPolicy::default()
+    };
+    let hostpath = load("hostpath", &plugin_path("hostpath"), sandbox, output).await;
+    let root = volumes.path().display().to_string();
+    let opts = options(
+        "pvc-grow",
+        class("grow", &[("hostRoot", &root)]),
+        claim("data", "1Mi"),
+    );
+    let pv = hostpath.provision(&opts).await.unwrap();
+    let err = hostpath
+        .resize(
+            &pv,
+            &ResizeOptions {
+                requested_bytes: 2 << 30,
+                limit_bytes: None,
+            },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.state, ResizeState::Infeasible, "{}", err.message);
+    assert!(
+        err.message.contains("cannot grow to 2Gi"),
+        "{}",
+        err.message
+    );
 }

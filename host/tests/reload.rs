@@ -17,12 +17,14 @@ use kube::api::{ListParams, PostParams};
 use kube::{Api, ResourceExt};
 use support::kubelet::KubeletVolume;
 use support::{
-    claim, class, digest, eventually, guest_path, options, plugin_path, variant, MISBEHAVE_OUTPUT,
+    claim, class, digest, eventually, guest_path, ok_preopen, options, plugin_path, variant,
+    MISBEHAVE_OUTPUT, OK_PREOPEN,
 };
 use tempfile::TempDir;
 use wasmprov::delivery::{self, encoding, WatchConfig};
 use wasmprov::lifecycle;
 use wasmprov::metrics::Metrics;
+use wasmprov::policy::PolicySet;
 use wasmprov::provisioner::Provisioner;
 use wasmprov::registry::PluginRegistry;
 use wasmprov::runtime::{Runtime, RuntimeConfig};
@@ -31,15 +33,12 @@ fn hostpath_wasm() -> Vec<u8> {
     std::fs::read(plugin_path("hostpath")).unwrap()
 }
 
-/// The hostRoot of the test classes: the path the volumes report, which the
-/// policy grants (the plugin writes into its preopen whatever the root).
-const HOST_ROOT: &str = "/var/lib/wasmprov";
-
 fn policy_for(volumes: &Path) -> String {
+    ok_preopen();
     format!(
         "plugins:\n  hostpath:\n    preopens: [{{host: {dir}, guest: /volumes, mode: read-write}}]\n    \
-         output: {{sources: [hostPath], paths: [{dir}, {HOST_ROOT}]}}\n  \
-         slow:\n    timeout: 30s\n    output: {MISBEHAVE_OUTPUT}\n",
+         output: {{sources: [hostPath], paths: [{dir}]}}\n  \
+         slow:\n    timeout: 30s\n    preopens: [{OK_PREOPEN}]\n    output: {MISBEHAVE_OUTPUT}\n",
         dir = volumes.display()
     )
 }
@@ -49,6 +48,7 @@ fn policy_for(volumes: &Path) -> String {
 struct Host {
     registry: Arc<PluginRegistry>,
     metrics: Arc<Metrics>,
+    policy: PathBuf,
 }
 
 impl Host {
@@ -77,7 +77,11 @@ impl Host {
         )
         .await
         .unwrap();
-        Self { registry, metrics }
+        Self {
+            registry,
+            metrics,
+            policy: policy.to_owned(),
+        }
     }
 
     /// Waits until `plugin` serves the version `digest`.
@@ -104,8 +108,15 @@ impl Host {
         let mut claim = claim(claim_name, "1Mi");
         claim.metadata.uid = Some(format!("uid-{claim_name}"));
         let mut params = params.to_vec();
-        if plugin == "hostpath" {
-            params.push(("hostRoot", HOST_ROOT));
+        // The hostRoot the policy file grants now: the host checks that a
+        // volume's directory is really there.
+        let root = PolicySet::load(&self.policy)
+            .ok()
+            .and_then(|p| p.sandbox_for("hostpath").preopens.first().cloned())
+            .map(|p| p.host.display().to_string())
+            .unwrap_or_default();
+        if plugin == "hostpath" && !params.iter().any(|(k, _)| *k == "hostRoot") {
+            params.push(("hostRoot", &root));
         }
         let opts = options(&format!("pvc-{claim_name}"), class("c", &params), claim);
         self.registry
@@ -412,7 +423,11 @@ async fn a_policy_change_applies_to_the_next_call_and_a_broken_one_is_rejected()
             .then_some(())
     })
     .await;
-    let pv = host.provision("hostpath", "c").await.unwrap();
+    let root = second.path().display().to_string();
+    let pv = host
+        .provision_with("hostpath", "c", &[("hostRoot", &root)])
+        .await
+        .unwrap();
     assert!(second
         .path()
         .join(parent(&pv).file_name().unwrap())

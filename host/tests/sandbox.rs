@@ -114,6 +114,29 @@ async fn a_plugin_that_panics_reports_its_panic_message() {
     assert_still_serves(&p).await;
 }
 
+/// No raw control character of a plugin's text reaches a person: each is
+/// escaped, in a failed answer and in a crash's panic message and stderr.
+#[tokio::test]
+async fn control_characters_in_plugin_text_are_escaped() {
+    let p = misbehave(policy()).await;
+    for (behavior, says) in [
+        ("control-text", "failed \\u{1b}[2J\\r\\nlevel=INFO"),
+        ("control-trap", "stderr \\u{1b}[2J\\r\\nlevel=INFO"),
+    ] {
+        let err = provision(&p, behavior).await.expect_err(behavior);
+        assert!(
+            !err.message
+                .chars()
+                .any(|c| c.is_control() || c == '\u{202e}'),
+            "{behavior}: {:?}",
+            err.message
+        );
+        assert!(err.message.contains(says), "{behavior}: {}", err.message);
+        assert!(err.message.contains("\\u{0}\\u{202e}"), "{}", err.message);
+    }
+    assert_still_serves(&p).await;
+}
+
 #[tokio::test]
 async fn invalid_volumes_from_a_plugin_are_rejected_by_validation() {
     let p = misbehave(policy()).await;

@@ -177,6 +177,7 @@ impl PolicySet {
                 .map_err(|(f, m)| invalid(f, m))?;
             plugins.insert(name, (sandbox, output));
         }
+        no_writable_preopen_above_a_grant(&plugins).map_err(|(f, m)| invalid(f, m))?;
         Ok(Self { defaults, plugins })
     }
 
@@ -203,6 +204,42 @@ impl PolicySet {
 }
 
 type FieldError = (String, String);
+
+/// A plugin that can write in a directory holding a granted directory (any
+/// plugin's) could rename the grant away and put something else in its
+/// place; only the grant itself, or directories inside it, may be
+/// preopened read-write.
+fn no_writable_preopen_above_a_grant(
+    plugins: &BTreeMap<String, (SandboxPolicy, OutputPolicy)>,
+) -> Result<(), FieldError> {
+    for (name, (sandbox, _)) in plugins {
+        for (i, preopen) in sandbox.preopens.iter().enumerate() {
+            if preopen.mode != DirMode::ReadWrite {
+                continue;
+            }
+            // Compared as the kernel resolves them: a preopen may be a link.
+            let host =
+                std::fs::canonicalize(&preopen.host).unwrap_or_else(|_| preopen.host.clone());
+            for (owner, (_, output)) in plugins {
+                if let Some(grant) = output
+                    .paths
+                    .iter()
+                    .find(|g| g.starts_with(&host) && **g != host)
+                {
+                    return Err((
+                        format!("plugins.{name}.preopens[{i}].host"),
+                        format!(
+                            "{} is read-write and holds {}, which plugins.{owner}.output.paths grants; a plugin that can write above a granted directory could replace it: preopen the granted directory itself, or this one read-only",
+                            preopen.host.display(),
+                            grant.display()
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]

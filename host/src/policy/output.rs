@@ -12,18 +12,31 @@
 //!       sources: [hostPath]                  # volume source kinds, as in a PV spec
 //!       paths: [/var/lib/wasmprov/hostpath]  # hostPath and local paths stay under these
 //!       nfsExports: ["10.0.0.5:/exports"]    # nfs server and the path prefix it may use
-//!       csiDrivers: [disk.csi.example.com]
+//!       csiDrivers:                          # a name, or a name with limits
+//!         - name: disk.csi.example.com
+//!           volumeHandlePrefixes: [pool-a/]  # default: any handle naming the volume
+//!           volumeAttributes: ["fsType=*", "pool=fast"]  # default: none
+//!       uncheckedSources: [iscsi]            # kinds whose location cannot be checked
 //!       secretNamespaces: [storage-secrets]  # where secret references may point
 //!       mountOptions: [hard, "nfsvers=*"]    # exact options, or `key=*` for any value
 //!       labelPrefixes: [example.com/]
 //!       annotationPrefixes: [example.com/]
+//!       maxCapacity: 64Ti                    # default 1Ei
+//!       requireVolumeName: true              # false only for pools of existing storage
 //! ```
+//!
+//! A granted directory must exist, be its own canonical path (no link in it
+//! or its parents) and hold no link where volumes live: these are checked
+//! when the policy loads and again at every check. Every located kind
+//! (`hostPath`, `local`, `nfs`, `csi`) has its location checked; any other
+//! kind says nothing the host could check, so it is granted only under
+//! `uncheckedSources`, never under `sources`.
 //!
 //! The checks themselves run on each returned volume, in
 //! [`wasm_provisioner`](crate::wasm_provisioner); this module holds the
 //! grants and refuses a policy that could not mean what it says.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Component, Path, PathBuf};
 
 use serde::Deserialize;
@@ -61,6 +74,37 @@ pub const RESERVED_DOMAINS: &[&str] = &["kubernetes.io", "k8s.io", "wasmprov.io"
 /// The source kinds whose location the policy must also grant.
 const PATH_KINDS: &[&str] = &["hostPath", "local"];
 
+/// The source kinds whose location the host checks; every other kind is
+/// granted only under `uncheckedSources`.
+pub const LOCATED_KINDS: &[&str] = &["hostPath", "local", "nfs", "csi"];
+
+/// Source fields that name a file on the node as credentials: no policy can
+/// grant them, as the plugin would choose which node file a pod's mount
+/// reads.
+pub const NODE_FILE_FIELDS: &[(&str, &str)] = &[("cephfs", "secretFile"), ("rbd", "keyring")];
+
+/// CSI volume attributes under this prefix are set by Kubernetes itself
+/// (pod information, ephemeral volumes, service account tokens).
+pub const CSI_RESERVED_ATTRIBUTE_PREFIX: &str = "csi.storage.k8s.io/";
+
+/// The largest volume a plugin may return unless its policy says otherwise:
+/// far above any real volume, and far below the 16 EiB where sizes wrap.
+pub const DEFAULT_MAX_CAPACITY: u64 = 1 << 60;
+
+/// How deep the scan of a granted directory for links goes, and how many
+/// entries it looks at: the layouts plugins use are a level or two deep.
+const LINK_SCAN_DEPTH: usize = 4;
+const LINK_SCAN_ENTRIES: usize = 100_000;
+
+/// What a CSI driver grant allows beyond the driver's name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CsiGrant {
+    /// A volume handle must start with one of these (any, when empty).
+    pub volume_handle_prefixes: Vec<String>,
+    /// `volumeAttributes` entries: `key=value` exactly, or `key=*`.
+    pub volume_attributes: Vec<String>,
+}
+
 /// An NFS server and the exported path prefix a plugin may hand out.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NfsExport {
@@ -70,15 +114,17 @@ pub struct NfsExport {
 }
 
 /// What one plugin may return. The default grants nothing.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutputPolicy {
-    /// Volume source kinds (`hostPath`, `nfs`, `csi`, …).
+    /// Volume source kinds (`hostPath`, `nfs`, `csi`, …), including those
+    /// granted under `uncheckedSources`.
     pub sources: BTreeSet<String>,
-    /// Normalised absolute directories that `hostPath` and `local` paths must
-    /// be in (or equal).
+    /// Canonical absolute directories that `hostPath` and `local` paths must
+    /// be below.
     pub paths: Vec<PathBuf>,
     pub nfs_exports: Vec<NfsExport>,
-    pub csi_drivers: BTreeSet<String>,
+    /// Granted CSI drivers by name.
+    pub csi_drivers: BTreeMap<String, CsiGrant>,
     /// Namespaces that secret references in a source may name.
     pub secret_namespaces: BTreeSet<String>,
     /// Mount options: exact, or `key=*` for `key=<any value>`.
@@ -89,6 +135,30 @@ pub struct OutputPolicy {
     /// volume (the plugin entry's `secretParameters`), so that whoever may
     /// read PersistentVolumes cannot read them; `delete` does not get them.
     pub secret_parameters: BTreeSet<String>,
+    /// The largest capacity the plugin may return, on provision and resize.
+    pub max_capacity_bytes: u64,
+    /// A volume's location (its directory, NFS path or CSI handle) must name
+    /// the volume (`pvc-<uid>`), so one claim is never handed another's
+    /// storage. Off only for plugins handing out existing storage (pools).
+    pub require_volume_name: bool,
+}
+
+impl Default for OutputPolicy {
+    fn default() -> Self {
+        Self {
+            sources: BTreeSet::new(),
+            paths: Vec::new(),
+            nfs_exports: Vec::new(),
+            csi_drivers: BTreeMap::new(),
+            secret_namespaces: BTreeSet::new(),
+            mount_options: Vec::new(),
+            label_prefixes: Vec::new(),
+            annotation_prefixes: Vec::new(),
+            secret_parameters: BTreeSet::new(),
+            max_capacity_bytes: DEFAULT_MAX_CAPACITY,
+            require_volume_name: true,
+        }
+    }
 }
 
 /// The `output` entry as written in the policy file.
@@ -101,8 +171,12 @@ pub(super) struct OutputSpec {
     paths: Vec<String>,
     #[serde(default)]
     nfs_exports: Vec<String>,
+    /// Each a name, or a [`CsiDriverLimits`] mapping: read in `resolve`, so
+    /// a mistake in one is reported with its field.
     #[serde(default)]
-    csi_drivers: Vec<String>,
+    csi_drivers: Vec<serde_yaml::Value>,
+    #[serde(default)]
+    unchecked_sources: Vec<String>,
     #[serde(default)]
     secret_namespaces: Vec<String>,
     #[serde(default)]
@@ -111,6 +185,18 @@ pub(super) struct OutputSpec {
     label_prefixes: Vec<String>,
     #[serde(default)]
     annotation_prefixes: Vec<String>,
+    max_capacity: Option<String>,
+    require_volume_name: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct CsiDriverLimits {
+    name: String,
+    #[serde(default)]
+    volume_handle_prefixes: Vec<String>,
+    #[serde(default)]
+    volume_attributes: Vec<String>,
 }
 
 type FieldError = (String, String);
@@ -135,6 +221,33 @@ impl OutputSpec {
                     ),
                 ));
             }
+            if !LOCATED_KINDS.contains(&kind.as_str()) {
+                return Err((
+                    at("sources", i),
+                    format!(
+                        "wasmprov cannot check where a {kind} volume points, so sources grants only {}; if the plugin may hand out any {kind} volume, list it under {field}.uncheckedSources instead",
+                        LOCATED_KINDS.join(", ")
+                    ),
+                ));
+            }
+            policy.sources.insert(kind);
+        }
+        for (i, kind) in self.unchecked_sources.into_iter().enumerate() {
+            if LOCATED_KINDS.contains(&kind.as_str()) {
+                return Err((
+                    at("uncheckedSources", i),
+                    format!("{kind} volumes have their location checked: grant it under {field}.sources"),
+                ));
+            }
+            if !SOURCE_KINDS.contains(&kind.as_str()) {
+                return Err((
+                    at("uncheckedSources", i),
+                    format!(
+                        "{kind:?} is not a volume source kind; kinds are spelt as in a PersistentVolume spec: {}",
+                        SOURCE_KINDS.join(", ")
+                    ),
+                ));
+            }
             policy.sources.insert(kind);
         }
         for (i, path) in self.paths.iter().enumerate() {
@@ -145,6 +258,8 @@ impl OutputSpec {
                     "\"/\" would let the plugin hand out any directory of the node; name the directory it manages".into(),
                 ));
             }
+            check_grant(&normal).map_err(|e| (at("paths", i), e))?;
+            scan_for_links(&normal).map_err(|e| (at("paths", i), e))?;
             policy.paths.push(normal);
         }
         for (i, export) in self.nfs_exports.iter().enumerate() {
@@ -152,14 +267,9 @@ impl OutputSpec {
                 .nfs_exports
                 .push(parse_export(export).map_err(|e| (at("nfsExports", i), e))?);
         }
-        for (i, driver) in self.csi_drivers.into_iter().enumerate() {
-            if !is_dns_subdomain(&driver) {
-                return Err((
-                    at("csiDrivers", i),
-                    format!("{driver:?} is not a CSI driver name (a DNS subdomain such as disk.csi.example.com)"),
-                ));
-            }
-            policy.csi_drivers.insert(driver);
+        for (i, entry) in self.csi_drivers.into_iter().enumerate() {
+            let (name, grant) = csi_driver(entry).map_err(|e| (at("csiDrivers", i), e))?;
+            policy.csi_drivers.insert(name, grant);
         }
         for (i, ns) in self.secret_namespaces.into_iter().enumerate() {
             if ns.is_empty() || ns.len() > 63 || !is_dns_label(&ns) {
@@ -171,15 +281,26 @@ impl OutputSpec {
             policy.secret_namespaces.insert(ns);
         }
         for (i, option) in self.mount_options.into_iter().enumerate() {
-            if option.is_empty() || option.contains(',') || option.chars().any(char::is_whitespace)
-            {
+            if let Err(e) = one_option(&option) {
                 return Err((
                     at("mountOptions", i),
-                    format!("{option:?} must be one mount option (no commas or spaces), e.g. hard or nfsvers=*"),
+                    format!("{e}, e.g. hard or nfsvers=*"),
                 ));
             }
             policy.mount_options.push(option);
         }
+        if let Some(max) = self.max_capacity {
+            let bytes = crate::quantity::parse_bytes(&max)
+                .map_err(|e| (format!("{field}.maxCapacity"), e.to_string()))?;
+            if bytes == 0 || bytes > DEFAULT_MAX_CAPACITY {
+                return Err((
+                    format!("{field}.maxCapacity"),
+                    format!("{max} must be above 0 and at most 1Ei"),
+                ));
+            }
+            policy.max_capacity_bytes = bytes;
+        }
+        policy.require_volume_name = self.require_volume_name.unwrap_or(true);
         for (sub, prefixes, out) in [
             (
                 "labelPrefixes",
@@ -263,6 +384,157 @@ pub fn normalize(path: &str) -> Result<PathBuf, String> {
     Ok(out)
 }
 
+/// A `csiDrivers` entry: the driver's name alone, or a mapping with limits.
+fn csi_driver(entry: serde_yaml::Value) -> Result<(String, CsiGrant), String> {
+    let (name, limits) = match entry {
+        serde_yaml::Value::String(name) => (name, None),
+        other => {
+            let limits: CsiDriverLimits = serde_yaml::from_value(other).map_err(|e| {
+                format!("{e}; an entry is a driver name, or {{name, volumeHandlePrefixes, volumeAttributes}}")
+            })?;
+            (limits.name.clone(), Some(limits))
+        }
+    };
+    {
+        if !is_dns_subdomain(&name) {
+            return Err(format!(
+                "{name:?} is not a CSI driver name (a DNS subdomain such as disk.csi.example.com)"
+            ));
+        }
+        let mut grant = CsiGrant::default();
+        if let Some(l) = limits {
+            for prefix in l.volume_handle_prefixes {
+                if prefix.is_empty() || prefix.chars().any(char::is_control) {
+                    return Err(format!(
+                        "volumeHandlePrefixes: {prefix:?} must be a non-empty prefix without control characters; omit the list to allow any handle"
+                    ));
+                }
+                grant.volume_handle_prefixes.push(prefix);
+            }
+            for attribute in l.volume_attributes {
+                let Some((key, _)) = attribute.split_once('=').filter(|(k, _)| !k.is_empty())
+                else {
+                    return Err(format!(
+                        "volumeAttributes: {attribute:?} must be key=value, or key=* for any value"
+                    ));
+                };
+                if key.starts_with(CSI_RESERVED_ATTRIBUTE_PREFIX) {
+                    return Err(format!(
+                        "volumeAttributes: {key:?} is under {CSI_RESERVED_ATTRIBUTE_PREFIX}, which Kubernetes sets itself; no plugin may set it"
+                    ));
+                }
+                grant.volume_attributes.push(attribute);
+            }
+        }
+        Ok((name, grant))
+    }
+}
+
+/// Why `option` is not exactly one mount option: a comma, whitespace or
+/// control character would let one "option" carry others past a `key=*`
+/// grant (`nfsvers=4.1,exec,suid`).
+pub fn one_option(option: &str) -> Result<(), String> {
+    if option.is_empty() {
+        return Err("an empty mount option".into());
+    }
+    if let Some(c) = option
+        .chars()
+        .find(|c| *c == ',' || c.is_whitespace() || c.is_control())
+    {
+        return Err(format!(
+            "{:?} is not one mount option: it holds {c:?} (a mount option has no commas, spaces or control characters)",
+            crate::text::escape_control(option)
+        ));
+    }
+    Ok(())
+}
+
+/// A granted directory exists and is its own canonical path: no link in it
+/// or in any of its parents, which could be changed to lead elsewhere.
+pub fn check_grant(grant: &Path) -> Result<(), String> {
+    match std::fs::canonicalize(grant) {
+        Ok(canonical) if canonical == grant => {}
+        Ok(canonical) => {
+            return Err(format!(
+                "{} goes through a symbolic link (it is {}); grant the real directory, {}, so no link can redirect it",
+                grant.display(),
+                canonical.display(),
+                canonical.display()
+            ))
+        }
+        Err(e) => {
+            return Err(format!(
+                "{} cannot be checked ({e}); the granted directory must exist: create it, or fix the path",
+                grant.display()
+            ))
+        }
+    }
+    if !grant.is_dir() {
+        return Err(format!(
+            "{} is not a directory; grant the directory the plugin's volumes are in",
+            grant.display()
+        ));
+    }
+    Ok(())
+}
+
+/// Whether a path component names a volume the host made: `pvc-` and a
+/// UID (8-4-4-4-12 hexadecimal digits).
+pub fn names_a_volume(component: &str) -> bool {
+    let bytes = component.as_bytes();
+    (0..bytes.len()).any(|start| {
+        let Some(rest) = bytes[start..].strip_prefix(b"pvc-") else {
+            return false;
+        };
+        rest.len() >= 36
+            && rest[..36].iter().enumerate().all(|(i, b)| match i {
+                8 | 13 | 18 | 23 => *b == b'-',
+                _ => b.is_ascii_hexdigit(),
+            })
+    })
+}
+
+/// Looks for symbolic links where volumes live in a granted directory: the
+/// directories a plugin lays out, down to the volumes themselves (whose
+/// contents belong to their pods and are not looked at). A link there is a
+/// volume swapped for a link, or a mistake: either way nothing may be
+/// handed out from this directory until someone looks.
+fn scan_for_links(grant: &Path) -> Result<(), String> {
+    let mut todo = vec![(grant.to_owned(), 0)];
+    let mut seen = 0usize;
+    while let Some((dir, depth)) = todo.pop() {
+        let entries = std::fs::read_dir(&dir)
+            .map_err(|e| format!("cannot read {} to check it for links: {e}", dir.display()))?;
+        for entry in entries {
+            let entry = entry
+                .map_err(|e| format!("cannot read {} to check it for links: {e}", dir.display()))?;
+            seen += 1;
+            if seen > LINK_SCAN_ENTRIES {
+                return Ok(());
+            }
+            let path = entry.path();
+            let kind = entry
+                .file_type()
+                .map_err(|e| format!("cannot check {}: {e}", path.display()))?;
+            if kind.is_symlink() {
+                let target = std::fs::read_link(&path)
+                    .map(|t| t.display().to_string())
+                    .unwrap_or_else(|e| format!("unreadable: {e}"));
+                return Err(format!(
+                    "{} is a symbolic link (to {target}); no volume may be a link, as it can lead out of {}: find the PersistentVolume using it, remove the link, then reload the policy",
+                    path.display(),
+                    grant.display()
+                ));
+            }
+            let volume = entry.file_name().to_str().is_some_and(names_a_volume);
+            if kind.is_dir() && !volume && depth + 1 < LINK_SCAN_DEPTH {
+                todo.push((path, depth + 1));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// `server:/path`, the way `mount` writes an NFS export (`[v6]:/path` too).
 fn parse_export(export: &str) -> Result<NfsExport, String> {
     let bad = || {
@@ -322,18 +594,25 @@ mod tests {
 
     #[test]
     fn grants_are_normalised() {
-        let p = resolve(
-            "{sources: [hostPath, nfs], paths: [/var/lib//x/./y/], nfsExports: ['NFS.example:/exports/', '[fd00::5]:/e']}",
-        )
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("x/y")).unwrap();
+        let root = dir.path().display();
+        let p = resolve(&format!(
+            "{{sources: [hostPath, nfs], paths: [{root}//x/./y/], nfsExports: ['NFS.example:/exports/', '[fd00::5]:/e']}}",
+        ))
         .unwrap();
-        assert_eq!(p.paths, vec![PathBuf::from("/var/lib/x/y")]);
+        assert_eq!(p.paths, vec![dir.path().join("x/y")]);
         assert_eq!(p.nfs_exports[0].server, "nfs.example");
         assert_eq!(p.nfs_exports[0].path, PathBuf::from("/exports"));
         assert_eq!(p.nfs_exports[1].server, "[fd00::5]");
+        assert!(p.require_volume_name);
+        assert_eq!(p.max_capacity_bytes, DEFAULT_MAX_CAPACITY);
     }
 
     #[test]
     fn a_grant_that_could_not_mean_what_it_says_is_refused() {
+        let empty = tempfile::tempdir().unwrap();
+        let paths_only = format!("{{paths: [{}]}}", empty.path().display());
         for (yaml, want) in [
             ("{sources: [hostpath]}", "did you mean hostPath?"),
             ("{sources: [hostPath]}", "paths must say which ones"),
@@ -343,7 +622,11 @@ mod tests {
             ),
             ("{sources: [local], paths: [/a/../etc]}", "contains \"..\""),
             ("{sources: [local], paths: [data]}", "not an absolute path"),
-            ("{paths: [/data]}", "does not grant"),
+            (
+                "{sources: [local], paths: [/no/such/grant/anywhere]}",
+                "the granted directory must exist",
+            ),
+            (paths_only.as_str(), "does not grant"),
             ("{sources: [nfs]}", "nfsExports must say"),
             ("{sources: [nfs], nfsExports: [10.0.0.5]}", "server:/path"),
             (
@@ -355,8 +638,35 @@ mod tests {
                 "CSI driver name",
             ),
             ("{csiDrivers: [disk.example.com]}", "does not grant"),
+            (
+                "{sources: [csi], csiDrivers: [{name: d.example.com, volumeAttributes: [pool]}]}",
+                "key=value, or key=*",
+            ),
+            (
+                "{sources: [csi], csiDrivers: [{name: d.example.com, volumeAttributes: ['csi.storage.k8s.io/pod.name=*']}]}",
+                "which Kubernetes sets itself",
+            ),
+            (
+                "{sources: [csi], csiDrivers: [{name: d.example.com, volumeHandlePrefixes: ['']}]}",
+                "non-empty prefix",
+            ),
+            (
+                "{sources: [csi], csiDrivers: [{name: d.example.com, handles: [a]}]}",
+                "csiDrivers[0]",
+            ),
+            (
+                "{sources: [iscsi]}",
+                "list it under plugins.p.output.uncheckedSources instead",
+            ),
+            ("{sources: [flexVolume]}", "cannot check where a flexVolume"),
+            ("{uncheckedSources: [nfs]}", "grant it under plugins.p.output.sources"),
+            ("{uncheckedSources: [iscsy]}", "not a volume source kind"),
             ("{secretNamespaces: [Kube_System]}", "namespace name"),
-            ("{mountOptions: ['exec,suid']}", "one mount option"),
+            ("{mountOptions: ['exec,suid']}", "not one mount option"),
+            ("{mountOptions: [\"a\\x1b\"]}", "control characters"),
+            ("{maxCapacity: 0}", "above 0"),
+            ("{maxCapacity: 2Ei}", "at most 1Ei"),
+            ("{maxCapacity: lots}", "plugins.p.output.maxCapacity"),
             ("{labelPrefixes: ['']}", "every key"),
             ("{labelPrefixes: [kubernetes.io/]}", "belongs to Kubernetes"),
             (
@@ -370,6 +680,67 @@ mod tests {
             let err = resolve(yaml).expect_err(yaml);
             assert!(err.contains(want), "{yaml}: {err}");
         }
+    }
+
+    #[test]
+    fn unchecked_kinds_and_limited_csi_drivers_are_granted_as_written() {
+        let p = resolve(
+            "{sources: [csi], uncheckedSources: [iscsi], maxCapacity: 10Ti, requireVolumeName: false, csiDrivers: [a.example.com, {name: b.example.com, volumeHandlePrefixes: [pool/], volumeAttributes: ['fsType=*']}]}",
+        )
+        .unwrap();
+        assert!(p.sources.contains("iscsi") && p.sources.contains("csi"));
+        assert_eq!(p.csi_drivers["a.example.com"], CsiGrant::default());
+        assert_eq!(
+            p.csi_drivers["b.example.com"].volume_handle_prefixes,
+            vec!["pool/".to_owned()]
+        );
+        assert_eq!(p.max_capacity_bytes, 10 << 40);
+        assert!(!p.require_volume_name);
+    }
+
+    #[test]
+    fn a_grant_through_a_link_or_holding_one_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real");
+        std::fs::create_dir(&real).unwrap();
+        std::os::unix::fs::symlink(&real, dir.path().join("alias")).unwrap();
+        let err = resolve(&format!(
+            "{{sources: [hostPath], paths: [{}]}}",
+            dir.path().join("alias/.").display()
+        ))
+        .unwrap_err();
+        assert!(
+            err.contains("goes through a symbolic link")
+                && err.contains("grant the real directory"),
+            "{err}"
+        );
+
+        // A volume swapped for a link, one level down in a plugin's layout.
+        let volume = "pvc-0b7c1a52-7f1e-4e8e-9d52-3f0b7c1a5200";
+        std::fs::create_dir_all(real.join("fast")).unwrap();
+        std::os::unix::fs::symlink("/", real.join("fast").join(volume)).unwrap();
+        let yaml = format!("{{sources: [hostPath], paths: [{}]}}", real.display());
+        let err = resolve(&yaml).unwrap_err();
+        assert!(
+            err.contains(&format!("fast/{volume} is a symbolic link (to /)")),
+            "{err}"
+        );
+        std::fs::remove_file(real.join("fast").join(volume)).unwrap();
+        // Links inside a volume are its pods' business.
+        std::fs::create_dir(real.join("fast").join(volume)).unwrap();
+        std::os::unix::fs::symlink("/", real.join("fast").join(volume).join("root")).unwrap();
+        resolve(&yaml).unwrap();
+    }
+
+    #[test]
+    fn volume_names_are_recognised_inside_longer_names() {
+        assert!(names_a_volume("pvc-0b7c1a52-7f1e-4e8e-9d52-3f0b7c1a5200"));
+        assert!(names_a_volume(
+            "default-data-pvc-0b7c1a52-7f1e-4e8e-9d52-3f0b7c1a5200"
+        ));
+        assert!(!names_a_volume("pvc-0b7c1a52"));
+        assert!(!names_a_volume("fast"));
+        assert!(!names_a_volume("pvc-0b7c1a52x7f1e-4e8e-9d52-3f0b7c1a5200"));
     }
 
     #[test]

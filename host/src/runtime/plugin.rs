@@ -15,7 +15,7 @@ use super::limits::MemoryLimitExceeded;
 use super::sandbox::CallState;
 use super::Compiled;
 use crate::policy::SandboxPolicy;
-use crate::text::{tail, truncate};
+use crate::text::{escape_control, tail, truncate};
 
 /// Extra time a call gets past its budget before the host abandons it, for a
 /// guest blocked in a host function where epochs cannot interrupt it.
@@ -291,6 +291,8 @@ impl Call<'_> {
             Some(trap) => trap.to_string(),
             None => format!("{err:#}"),
         };
+        // The error can quote the guest (its names, its strings).
+        let message = escape_control(&message).into_owned();
         Err(CallError::Trap {
             plugin,
             subject,

@@ -14,7 +14,7 @@ use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use super::bindings::{types, v0_1, v0_2};
 use super::limits::CallLimiter;
 use crate::policy::{DirMode, SandboxPolicy};
-use crate::text::truncate;
+use crate::text::{escape_control, untrusted};
 use v0_2::wasmprov::provisioner::logging;
 
 /// How much a single call may log before the host starts dropping lines.
@@ -152,12 +152,12 @@ impl CallState {
             return;
         }
         log.lines_left -= 1;
-        let message = truncate(&message, MAX_LOG_LINE_BYTES.min(log.bytes_left));
+        let message = untrusted(&message, MAX_LOG_LINE_BYTES.min(log.bytes_left));
         log.bytes_left = log.bytes_left.saturating_sub(message.len());
         let fields = fields
             .iter()
             .take(MAX_LOG_FIELDS)
-            .map(|(k, v)| format!("{}={:?}", truncate(k, 64), truncate(v, 256)))
+            .map(|(k, v)| format!("{}={:?}", untrusted(k, 64), untrusted(v, 256)))
             .collect::<Vec<_>>()
             .join(" ");
         log.bytes_left = log.bytes_left.saturating_sub(fields.len());
@@ -219,10 +219,11 @@ struct Captured {
 }
 
 impl CapturedOutput {
-    /// The kept output as text, with a note when some was dropped.
+    /// The kept output as text, control characters escaped (it reaches
+    /// errors, events and terminals), with a note when some was dropped.
     pub fn text(&self) -> String {
         let c = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let mut s = String::from_utf8_lossy(&c.kept).into_owned();
+        let mut s = escape_control(&String::from_utf8_lossy(&c.kept)).into_owned();
         if c.dropped > 0 {
             s.push_str(&format!("…[{} more bytes dropped]", c.dropped));
         }

@@ -19,7 +19,7 @@ use crate::provisioner::{
 };
 use crate::runtime::bindings::types as wit;
 use crate::runtime::{CallError, Plugin};
-use crate::text::truncate;
+use crate::text::untrusted;
 
 pub use request::{plugin_parameters, provision_request};
 pub use volume::{
@@ -85,6 +85,18 @@ impl WasmProvisioner {
                 ),
             ));
         }
+        if request.claim.requested_bytes > self.output.max_capacity_bytes {
+            return Err(ProvisionError::new(
+                ProvisionState::InvalidArgument,
+                format!(
+                    "claim {}/{} asks for {}, and plugin {name} may make volumes of at most {} (plugins.{name}.output.maxCapacity in the sandbox policy); ask for less",
+                    request.claim.namespace,
+                    request.claim.name,
+                    crate::quantity::Bytes(request.claim.requested_bytes),
+                    crate::quantity::Bytes(self.output.max_capacity_bytes)
+                ),
+            ));
+        }
         let volume = match self.plugin.provision(&request).await {
             Ok(Ok(volume)) => volume,
             Ok(Err(e)) => return Err(plugin_provision_error(name, e)),
@@ -98,20 +110,20 @@ impl WasmProvisioner {
         let rejection = match volume::build(opts, &volume, &provenance) {
             Ok(pv) => {
                 let source = serde_json::from_str(&volume.source).unwrap_or_default();
-                let refusals = output::check(&self.output, &volume, &source);
+                let refusals = output::check(&self.output, opts, &volume, &source);
                 if refusals.is_empty() {
                     return Ok(pv);
                 }
                 format!(
                     "plugin {name} {REFUSED_BY_POLICY} for {}: {}; if the plugin is meant to return this, grant it under plugins.{name}.output in the sandbox policy",
                     opts.pv_name,
-                    truncate(&refusals.join("; "), 4 * MAX_MESSAGE_BYTES)
+                    untrusted(&refusals.join("; "), 4 * MAX_MESSAGE_BYTES)
                 )
             }
             Err(message) => format!(
                 "plugin {name} returned an invalid volume for {}: {}; this is a bug in the plugin",
                 opts.pv_name,
-                truncate(&message, MAX_MESSAGE_BYTES)
+                untrusted(&message, MAX_MESSAGE_BYTES)
             ),
         };
         Err(self.clean_up_rejected(opts, &volume, rejection).await)
@@ -130,7 +142,7 @@ impl WasmProvisioner {
         let failure = match self.plugin.delete(&request).await {
             Ok(Ok(())) | Ok(Err(wit::DeleteError::Ignored(_))) => None,
             Ok(Err(wit::DeleteError::Failed(m))) => {
-                Some(truncate(&m, MAX_MESSAGE_BYTES).into_owned())
+                Some(untrusted(&m, MAX_MESSAGE_BYTES).into_owned())
             }
             Err(e) => Some(e.to_string()),
         };
@@ -171,6 +183,16 @@ impl WasmProvisioner {
                 ),
             ));
         }
+        if options.requested_bytes > self.output.max_capacity_bytes {
+            return Err(ResizeError::new(
+                ResizeState::Infeasible,
+                format!(
+                    "{pv_name} cannot grow to {}: plugin {name} may make volumes of at most {} (plugins.{name}.output.maxCapacity in the sandbox policy)",
+                    crate::quantity::Bytes(options.requested_bytes),
+                    crate::quantity::Bytes(self.output.max_capacity_bytes)
+                ),
+            ));
+        }
         let request = wit::ResizeRequest {
             volume,
             requested_bytes: options.requested_bytes,
@@ -191,6 +213,13 @@ impl WasmProvisioner {
                 resized.capacity_bytes, options.requested_bytes
             )));
         }
+        if resized.capacity_bytes > self.output.max_capacity_bytes {
+            return Err(failed(format!(
+                "plugin {name} grew {pv_name} to {}; {REFUSED_BY_POLICY}: {}",
+                crate::quantity::Bytes(resized.capacity_bytes),
+                output::too_large(resized.capacity_bytes, self.output.max_capacity_bytes)
+            )));
+        }
         Ok(Resized {
             capacity_bytes: resized.capacity_bytes,
             node_expansion_required: resized.node_expansion_required,
@@ -206,14 +235,14 @@ impl WasmProvisioner {
             Ok(Err(wit::DeleteError::Failed(m))) => Err(DeleteError::failed(format!(
                 "plugin {name} failed to delete {}: {}",
                 request.pv_name,
-                truncate(&m, MAX_MESSAGE_BYTES)
+                untrusted(&m, MAX_MESSAGE_BYTES)
             ))),
             Ok(Err(wit::DeleteError::Ignored(m))) => Err(DeleteError {
                 state: DeleteState::Ignored,
                 message: format!(
                     "plugin {name} ignored {}: {}",
                     request.pv_name,
-                    truncate(&m, MAX_MESSAGE_BYTES)
+                    untrusted(&m, MAX_MESSAGE_BYTES)
                 ),
             }),
             Err(e) => Err(DeleteError::failed(e.to_string())),
@@ -232,7 +261,10 @@ fn plugin_provision_error(plugin: &str, e: wit::ProvisionError) -> ProvisionErro
     };
     ProvisionError::new(
         state,
-        format!("plugin {plugin}: {}", truncate(&message, MAX_MESSAGE_BYTES)),
+        format!(
+            "plugin {plugin}: {}",
+            untrusted(&message, MAX_MESSAGE_BYTES)
+        ),
     )
 }
 
@@ -248,7 +280,7 @@ fn plugin_resize_error(plugin: &str, pv_name: &str, e: wit::ResizeError) -> Resi
         state,
         format!(
             "plugin {plugin} did not grow {pv_name}: {}",
-            truncate(&message, MAX_MESSAGE_BYTES)
+            untrusted(&message, MAX_MESSAGE_BYTES)
         ),
     )
 }

@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use wasmprov::policy::{OutputPolicy, PolicySet, SandboxPolicy};
+use wasmprov::policy::{DirMode, OutputPolicy, PolicySet, Preopen, SandboxPolicy};
 use wasmprov::provisioner::ProvisionOptions;
 use wasmprov::runtime::{Runtime, RuntimeConfig};
 use wasmprov::wasm_provisioner::WasmProvisioner;
@@ -107,18 +107,40 @@ pub fn runtime() -> &'static Runtime {
     })
 }
 
+/// Loads a test guest. The sandbox also gets [`ok_preopen`], where the
+/// misbehave guests make their healthy volumes' directories.
 pub async fn load(
     name: &str,
     file: &Path,
-    policy: SandboxPolicy,
+    mut policy: SandboxPolicy,
     output: OutputPolicy,
 ) -> WasmProvisioner {
+    policy.preopens.push(ok_preopen());
     let bytes = std::fs::read(file).expect("read component");
     let plugin = runtime()
         .load(name, &bytes, policy)
         .await
         .unwrap_or_else(|e| panic!("load {}: {e}", file.display()));
     WasmProvisioner::new(Arc::new(plugin), output)
+}
+
+/// Where the misbehave guests' healthy volumes are (`/tmp/ok/<pv>`): the
+/// host refuses a hostPath it cannot see, so the guests make the directory
+/// in this preopen.
+pub const OK_ROOT: &str = "/tmp/ok";
+
+/// [`OK_ROOT`] as the misbehave guests see it, read-write, in policy-file
+/// YAML; the directory is made by [`misbehave_output`] and [`ok_preopen`].
+pub const OK_PREOPEN: &str = "{host: /tmp/ok, guest: /ok, mode: read-write}";
+
+/// [`OK_PREOPEN`], made.
+pub fn ok_preopen() -> Preopen {
+    std::fs::create_dir_all(OK_ROOT).expect("create /tmp/ok");
+    Preopen {
+        host: OK_ROOT.into(),
+        guest: "/ok".into(),
+        mode: DirMode::ReadWrite,
+    }
 }
 
 /// The output policy entry that lets the misbehave guest return its healthy
@@ -129,6 +151,7 @@ pub const MISBEHAVE_OUTPUT: &str =
 
 /// [`MISBEHAVE_OUTPUT`], parsed.
 pub fn misbehave_output() -> OutputPolicy {
+    std::fs::create_dir_all(OK_ROOT).expect("create /tmp/ok");
     let yaml = format!("plugins: {{misbehave: {{output: {MISBEHAVE_OUTPUT}}}}}");
     PolicySet::parse(&yaml, Path::new("test"))
         .expect("the misbehave output policy")

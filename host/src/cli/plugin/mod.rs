@@ -20,6 +20,7 @@ use super::{RuntimeArgs, DEFAULT_PROVISIONER_NAME};
 use crate::policy::PolicySet;
 use crate::provisioner::{ProvisionOptions, ProvisionState, PLUGIN_PARAMETER};
 use crate::runtime::{CacheOutcome, Runtime, RuntimeConfig};
+use crate::text::escape_control;
 use crate::wasm_provisioner::WasmProvisioner;
 
 #[derive(Debug, Subcommand)]
@@ -312,12 +313,13 @@ async fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
     );
     println!("load:          {:?} ({cache})", compiled.compile_time);
     println!("imports:");
+    // Names come from the component: shown, never interpreted by the terminal.
     for import in &compiled.surface.imports {
-        println!("  {import}");
+        println!("  {}", escape_control(import));
     }
     println!("exports:");
     for export in &compiled.surface.exports {
-        println!("  {export}");
+        println!("  {}", escape_control(export));
     }
     Ok(ExitCode::SUCCESS)
 }

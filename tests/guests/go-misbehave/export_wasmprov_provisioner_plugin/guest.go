@@ -1,7 +1,9 @@
 // Package export_wasmprov_provisioner_plugin is the go-misbehave test guest:
 // the class parameter "behavior" says what provision does.
 //
-//   - ok:        returns a hostPath volume at /tmp/ok/<pv-name>.
+//   - ok:        returns a hostPath volume at /tmp/ok/<pv-name>, made as
+//     /ok/<pv-name> when the sandbox preopens /tmp/ok there (the host
+//     refuses a hostPath it cannot see).
 //   - count:     the same, annotated with how many calls this instance served
 //     (go-misbehave.test/calls) and the Go heap in use
 //     (go-misbehave.test/heap-bytes): a fresh instance per call always says 1.
@@ -15,6 +17,7 @@ package export_wasmprov_provisioner_plugin
 
 import (
 	"fmt"
+	"os"
 	"runtime"
 	"strconv"
 	"time"
@@ -84,6 +87,7 @@ func Provision(request types.ProvisionRequest) witTypes.Result[types.Volume, typ
 		return witTypes.Err[types.Volume](types.MakeProvisionErrorInvalidArgument(
 			fmt.Sprintf("unknown behavior %q", behavior)))
 	}
+	_ = os.MkdirAll("/ok/"+request.PvName, 0o755)
 	return witTypes.Ok[types.Volume, types.ProvisionError](types.Volume{
 		CapacityBytes: request.Claim.RequestedBytes,
 		Source:        fmt.Sprintf(`{"hostPath":{"path":"/tmp/ok/%s"}}`, request.PvName),
@@ -93,6 +97,7 @@ func Provision(request types.ProvisionRequest) witTypes.Result[types.Volume, typ
 }
 
 func Delete(request types.DeleteRequest) witTypes.Result[witTypes.Unit, types.DeleteError] {
+	_ = os.Remove("/ok/" + request.PvName)
 	return witTypes.Ok[witTypes.Unit, types.DeleteError](witTypes.Unit{})
 }
 

@@ -24,7 +24,9 @@
 //!   output policy): `source` (JSON, default the healthy hostPath),
 //!   `mount-options`, `labels` and `annotations` (`;`-separated, labels and
 //!   annotations as `key=value`), `label-count` (that many extra labels
-//!   `misbehave.test/l<i>`). It records the storage it "made" as
+//!   `misbehave.test/l<i>`), `capacity-bytes` (the capacity to return),
+//!   `pin-to` (a node name: node affinity to its hostname label), `mkdir`
+//!   (a guest directory to create first). It records the storage it "made" as
 //!   `<dir>/<pv>.made` when `dir` is given, and `delete` removes that file.
 //! - For `link-out`: `host-dir`, the host path of the preopen `dir`. It makes
 //!   `<dir>/<pv>` a symbolic link climbing to `/` and returns the hostPath
@@ -44,13 +46,17 @@ use std::time::{Duration, Instant};
 use exports::wasmprov::provisioner::plugin::Guest;
 use wasmprov::provisioner::logging::{self, Level};
 use wasmprov::provisioner::types::{
-    DeleteError, DeleteRequest, PluginCapabilities, ProvisionError, ProvisionRequest, Volume,
+    DeleteError, DeleteRequest, NodeAffinity, NodeSelectorOperator, NodeSelectorRequirement,
+    NodeSelectorTerm, PluginCapabilities, ProvisionError, ProvisionRequest, Volume,
 };
 
 wit_bindgen::generate!({
     path: "../../../wit",
     world: "provisioner",
 });
+
+/// Where the sandbox preopens `/tmp/ok`, the directory of healthy volumes.
+const OK_DIR: &str = "/ok";
 
 /// Every value of the `behavior` parameter `provision` understands.
 pub const BEHAVIORS: &[&str] = &[
@@ -82,7 +88,13 @@ pub const BEHAVIORS: &[&str] = &[
     "link-out",
     "huge-message",
     "echo-parameters",
+    "control-text",
+    "control-trap",
 ];
+
+/// What `control-text` and `control-trap` say: a terminal escape that would
+/// clear the screen, a forged log line, a NUL and a right-to-left override.
+const CONTROL_TEXT: &str = "\u{1b}[2J\r\nlevel=INFO msg=\"forged\"\0\u{202e}";
 
 /// The prefix of every label and annotation key this guest sets.
 const KEY_PREFIX: &str = "misbehave.test/";
@@ -192,6 +204,26 @@ impl Guest for Misbehave {
                     v.labels
                         .extend((0..n).map(|i| (format!("{KEY_PREFIX}l{i}"), "x".to_string())));
                 }
+                if let Some(n) = param(params, "capacity-bytes") {
+                    v.capacity_bytes = n
+                        .parse()
+                        .map_err(|e| InvalidArgument(format!("parameter capacity-bytes: {e}")))?;
+                }
+                if let Some(node) = param(params, "pin-to") {
+                    v.node_affinity = Some(NodeAffinity {
+                        terms: vec![NodeSelectorTerm {
+                            match_expressions: vec![NodeSelectorRequirement {
+                                key: "kubernetes.io/hostname".to_string(),
+                                operator: NodeSelectorOperator::In,
+                                values: vec![node.to_string()],
+                            }],
+                        }],
+                    });
+                }
+                if let Some(dir) = param(params, "mkdir") {
+                    std::fs::create_dir_all(dir)
+                        .map_err(|e| Failed(format!("mkdir {dir}: {e}")))?;
+                }
                 if param(params, "dir").is_some() {
                     let made = format!("{dir}/{pv}.made");
                     std::fs::write(&made, "made")
@@ -222,6 +254,20 @@ impl Guest for Misbehave {
                     .parse()
                     .map_err(|e| InvalidArgument(format!("parameter message-bytes: {e}")))?;
                 Err(Failed("m".repeat(n)))
+            }
+
+            "control-text" => {
+                logging::log(
+                    Level::Warn,
+                    &format!("log {CONTROL_TEXT}"),
+                    &[(format!("key{CONTROL_TEXT}"), CONTROL_TEXT.to_string())],
+                );
+                let _ = writeln!(std::io::stdout(), "stdout {CONTROL_TEXT}");
+                Err(Failed(format!("failed {CONTROL_TEXT}")))
+            }
+            "control-trap" => {
+                let _ = writeln!(std::io::stderr(), "stderr {CONTROL_TEXT}");
+                panic!("misbehave: trap {CONTROL_TEXT}")
             }
 
             // Escape attempts: denied → failed, succeeded → annotation `escaped`.
@@ -346,8 +392,12 @@ impl Guest for Misbehave {
                 }
             }
             "ignored" => Err(DeleteError::Ignored("misbehave: not my volume".to_string())),
-            // Everything else only misbehaves in provision: nothing to delete.
-            known if BEHAVIORS.contains(&known) => Ok(()),
+            // Everything else only misbehaves in provision: only the
+            // healthy volume's directory to remove, if it was made.
+            known if BEHAVIORS.contains(&known) => {
+                let _ = std::fs::remove_dir(format!("{OK_DIR}/{}", request.pv_name));
+                Ok(())
+            }
             other => Err(DeleteError::Failed(unknown_behavior(other))),
         }
     }
@@ -433,7 +483,10 @@ fn spin_ms(params: &[(String, String)]) -> Result<u64, String> {
 }
 
 /// A healthy volume: `hostPath` at `/tmp/ok/<pv>`, the requested capacity.
+/// The host refuses a hostPath it cannot see, so the directory is made when
+/// the sandbox preopens `/tmp/ok` at [`OK_DIR`] (the tests' policies do).
 fn volume(pv: &str, bytes: u64, annotations: Vec<(String, String)>) -> Volume {
+    let _ = std::fs::create_dir_all(format!("{OK_DIR}/{pv}"));
     Volume {
         capacity_bytes: bytes,
         source: serde_json::json!({ "hostPath": { "path": format!("/tmp/ok/{pv}") } }).to_string(),
