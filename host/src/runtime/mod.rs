@@ -19,6 +19,7 @@ mod cache;
 mod contract;
 mod inspect;
 mod limits;
+mod links;
 mod plugin;
 mod sandbox;
 
@@ -205,6 +206,8 @@ impl Runtime {
 
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(engine_err)?;
+        // Links can be refused per plugin: wasmtime-wasi has no permission for them.
+        links::add_to_linker(&mut linker).map_err(engine_err)?;
         // Both contract versions' imports: a component built against either
         // links.
         bindings::v0_2::ResizableProvisioner::add_to_linker::<_, wasmtime::component::HasSelf<_>>(
