@@ -175,3 +175,169 @@ fn answer<T>(view: &mut WasiFilesystemCtxView<'_>, result: FsResult<T>) -> Answe
         Err(e) => Err(types::Host::convert_error_code(view, e)?),
     },))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{DirMode, Preopen, SandboxPolicy};
+    use crate::runtime::{Runtime, RuntimeConfig};
+    use wasmtime::component::Component;
+    use wasmtime::Store;
+
+    const ERROR_CODES: &str = "\"access\" \"would-block\" \"already\" \"bad-descriptor\" \"busy\" \
+        \"deadlock\" \"quota\" \"exist\" \"file-too-large\" \"illegal-byte-sequence\" \
+        \"in-progress\" \"interrupted\" \"invalid\" \"io\" \"is-directory\" \"loop\" \
+        \"too-many-links\" \"message-size\" \"name-too-long\" \"no-device\" \"no-entry\" \
+        \"no-lock\" \"insufficient-memory\" \"insufficient-space\" \"not-directory\" \
+        \"not-empty\" \"not-recoverable\" \"unsupported\" \"no-tty\" \"no-such-device\" \
+        \"overflow\" \"not-permitted\" \"pipe\" \"read-only\" \"invalid-seek\" \
+        \"text-file-busy\" \"cross-device\"";
+    const NOT_PERMITTED: u32 = 31;
+    /// What `run` answers when the function succeeded.
+    const OK: u32 = 1000;
+
+    /// A component importing `wasi:filesystem` at `version` whose `run`
+    /// calls `function` (`symlink-at` or `link-at`) in its first preopen to
+    /// make `link` (→ `..`, or a hard link to the file `target`), and
+    /// returns the error code, or [`OK`].
+    fn guest(version: &str, hard: bool) -> Vec<u8> {
+        let (function, params, call) = if hard {
+            (
+                "link-at",
+                "(param \"self\" (borrow 0)) (param \"old-path-flags\" 4) (param \"old-path\" string) (param \"new-descriptor\" (borrow 0)) (param \"new-path\" string)",
+                "(call $link (local.get $fd) (i32.const 0) (i32.const 16) (i32.const 6) (local.get $fd) (i32.const 32) (i32.const 4) (i32.const 64))",
+            )
+        } else {
+            (
+                "symlink-at",
+                "(param \"self\" (borrow 0)) (param \"old-path\" string) (param \"new-path\" string)",
+                "(call $link (local.get $fd) (i32.const 48) (i32.const 2) (i32.const 32) (i32.const 4) (i32.const 64))",
+            )
+        };
+        let link_type = if hard {
+            "(func $link (param i32 i32 i32 i32 i32 i32 i32 i32))"
+        } else {
+            "(func $link (param i32 i32 i32 i32 i32 i32))"
+        };
+        let text = format!(
+            r#"(component
+  (import "wasi:filesystem/types@{version}" (instance $types
+    (export "descriptor" (type (sub resource)))
+    (type $ec (enum {ERROR_CODES}))
+    (export "error-code" (type (eq $ec)))
+    (type $flags (flags "symlink-follow"))
+    (export "path-flags" (type (eq $flags)))
+    (export "[method]descriptor.{function}" (func {params} (result (result (error 2)))))
+  ))
+  (alias export $types "descriptor" (type $descriptor))
+  (import "wasi:filesystem/preopens@{version}" (instance $preopens
+    (alias outer 1 $descriptor (type $d))
+    (export "descriptor" (type (eq $d)))
+    (export "get-directories" (func (result (list (tuple (own 1) string)))))
+  ))
+  (core module $mem
+    (memory (export "memory") 1)
+    (global $next (mut i32) (i32.const 1024))
+    (func (export "realloc") (param i32 i32 i32 i32) (result i32)
+      (local $at i32)
+      (local.set $at (i32.and (i32.add (global.get $next) (i32.const 7)) (i32.const -8)))
+      (global.set $next (i32.add (local.get $at) (local.get 3)))
+      (local.get $at))
+    (data (i32.const 16) "target")
+    (data (i32.const 32) "link")
+    (data (i32.const 48) ".."))
+  (core instance $m (instantiate $mem))
+  (alias core export $m "memory" (core memory $memory))
+  (alias core export $m "realloc" (core func $realloc))
+  (core func $get (canon lower (func $preopens "get-directories") (memory $memory) (realloc $realloc)))
+  (core func $link (canon lower (func $types "[method]descriptor.{function}") (memory $memory)))
+  (core module $main
+    (import "env" "memory" (memory 1))
+    (import "env" "get" (func $get (param i32)))
+    (import "env" "link" {link_type})
+    (func (export "run") (result i32)
+      (local $fd i32)
+      (call $get (i32.const 128))
+      ;; list at 128: (ptr, len); first element: (handle, string)
+      (local.set $fd (i32.load (i32.load (i32.const 128))))
+      {call}
+      (if (result i32) (i32.eqz (i32.load8_u (i32.const 64)))
+        (then (i32.const {OK}))
+        (else (i32.load8_u (i32.const 65))))))
+  (core instance $i (instantiate $main (with "env" (instance
+    (export "memory" (memory $memory))
+    (export "get" (func $get))
+    (export "link" (func $link))))))
+  (func (export "run") (result u32) (canon lift (core func $i "run")))
+)"#
+        );
+        wat::parse_str(&text).unwrap_or_else(|e| panic!("{e}\n{text}"))
+    }
+
+    async fn run(runtime: &Runtime, wasm: &[u8], dir: &std::path::Path, allow_links: bool) -> u32 {
+        let component = Component::new(&runtime.engine, wasm).unwrap();
+        let policy = SandboxPolicy {
+            preopens: vec![Preopen {
+                host: dir.to_owned(),
+                guest: "/data".into(),
+                mode: DirMode::ReadWrite,
+            }],
+            allow_links,
+            ..SandboxPolicy::default()
+        };
+        let state = CallState::new("links-test", "pv", &policy).unwrap();
+        let mut store = Store::new(&runtime.engine, state);
+        store.set_epoch_deadline(1_000);
+        let instance = runtime
+            .linker
+            .instantiate_async(&mut store, &component)
+            .await
+            .unwrap();
+        let run = instance
+            .get_typed_func::<(), (u32,)>(&mut store, "run")
+            .unwrap();
+        run.call_async(&mut store, ()).await.unwrap().0
+    }
+
+    /// Whichever 0.2.x `wasi:filesystem` a guest imports, it gets the
+    /// wrapped functions: refused without `allow_links`, made with it.
+    #[tokio::test]
+    async fn every_0_2_version_of_the_import_gets_the_wrapped_functions() {
+        let runtime = Runtime::new(RuntimeConfig {
+            max_concurrent_calls: 2,
+            ..RuntimeConfig::default()
+        })
+        .unwrap();
+        let wasi_version = FILESYSTEM_TYPES.rsplit('@').next().unwrap();
+        for version in ["0.2.0", "0.2.3", "0.2.6", wasi_version, "0.2.99"] {
+            for hard in [false, true] {
+                let dir = tempfile::tempdir().unwrap();
+                std::fs::write(dir.path().join("target"), "t").unwrap();
+                let link = dir.path().join("link");
+                let wasm = guest(version, hard);
+                let code = run(&runtime, &wasm, dir.path(), false).await;
+                assert_eq!(code, NOT_PERMITTED, "{version}, hard link {hard}");
+                assert!(std::fs::symlink_metadata(&link).is_err(), "{version}");
+                let code = run(&runtime, &wasm, dir.path(), true).await;
+                assert_eq!(code, OK, "{version}, hard link {hard}: links allowed");
+                let made = std::fs::symlink_metadata(&link).unwrap();
+                assert_eq!(made.file_type().is_symlink(), !hard, "{version}");
+            }
+        }
+    }
+
+    /// Without wasmtime-wasi's functions in that instance (a wasmtime-wasi
+    /// upgrade moved them to another version), the runtime does not start.
+    #[test]
+    fn a_linker_without_wasmtime_wasi_s_functions_is_refused() {
+        let engine = wasmtime::Engine::default();
+        let mut linker = Linker::<CallState>::new(&engine);
+        let err = add_to_linker(&mut linker).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!(
+                "does not define `{SYMLINK_AT}` in {FILESYSTEM_TYPES}: the runtime cannot refuse links"
+            )),
+            "{err}"
+        );
+    }
+}

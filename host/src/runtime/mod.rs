@@ -37,6 +37,7 @@ use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAlloc
 pub use cache::CacheOutcome;
 pub use inspect::Surface;
 pub use limits::MemoryLimitExceeded;
+pub use links::FILESYSTEM_TYPES;
 pub use plugin::{CallError, Plugin};
 pub use sandbox::{MAX_LOG_BYTES_PER_CALL, MAX_LOG_LINES_PER_CALL};
 
