@@ -17,6 +17,13 @@
 //!   the plugin did not make) into place: refused when its source is a
 //!   symbolic link.
 //!
+//! What this does not cover: a directory moved by `rename-at` is not
+//! searched for links inside it, and a symbolic link swapped in by another
+//! process between the check and the rename is moved. Either needs a link
+//! made by something outside this sandbox; the policy layer keeps every
+//! plugin that shares a directory with a refused one refused as well
+//! (`policy::links`), so that something is not another plugin.
+//!
 //! Every other function creates only directories and regular files
 //! (`open-at` with `create`, `create-directory-at`), or removes, reads or
 //! changes metadata. The guest gets `error-code::not-permitted` (`EPERM` in
@@ -24,9 +31,10 @@
 //! function is wasmtime-wasi's own.
 //!
 //! The functions are redefined in the linker instance wasmtime-wasi
-//! registers ([`FILESYSTEM_TYPES`]); a guest importing any older `0.2.x`
-//! version is linked to that same instance (the component linker matches
-//! semver-compatible versions), so it gets the wrapped functions too.
+//! registers ([`FILESYSTEM_TYPES`]); a guest importing any other `0.2.x`
+//! version, older or newer, is linked to that same instance (the component
+//! linker matches semver-compatible versions), so it gets the wrapped
+//! functions too.
 //!
 //! [`SandboxPolicy::allow_links`]: crate::policy::SandboxPolicy::allow_links
 
