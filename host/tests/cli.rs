@@ -430,6 +430,96 @@ fn without_a_policy_invoke_and_delete_say_that_none_was_given() {
     );
 }
 
+/// A plugin whose preopen is its volumes' directory cannot swap a volume it
+/// returned for a link to `/`: not when invoked again, not in `plugin
+/// delete`, not in the clean-up of a volume the policy refused.
+#[test]
+fn invoke_and_delete_refuse_a_link_swapped_in_after_the_check() {
+    let misbehave = guest_path("misbehave");
+    let misbehave = misbehave.to_str().unwrap();
+    let s = sample("1Gi");
+    let volumes = s.dir.path().join("volumes");
+    let policy = write(
+        s.dir.path(),
+        "misbehave-policy.yaml",
+        &format!(
+            "plugins:\n  misbehave:\n    preopens: [{{host: {dir}, guest: /data, mode: read-write}}]\n    \
+             output: {{sources: [hostPath], paths: [{dir}]}}\n",
+            dir = volumes.display()
+        ),
+    );
+    let class = |file: &str, more: &str| {
+        write(
+            s.dir.path(),
+            file,
+            &format!(
+                "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata: {{name: hostpath}}\n\
+                 provisioner: wasmprov.io/host\nparameters: {{plugin: misbehave, behavior: swap-link, dir: /data, host-dir: {}{more}}}\n",
+                volumes.display()
+            ),
+        )
+    };
+    let swap = class("swap.yaml", "");
+    let invoke = |class: &str| {
+        wasmprov(&[
+            "plugin", "invoke", misbehave, "--class", class, "--pvc", &s.pvc, "--policy", &policy,
+        ])
+    };
+    let refused = |out: &Output| {
+        let err = stderr(out);
+        assert!(!out.status.success(), "{err}");
+        assert!(
+            err.contains(": Operation not permitted")
+                && err.contains("plugin tried to create a symbolic link; refused"),
+            "{err}"
+        );
+    };
+    let is_link = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink());
+
+    let first = invoke(&swap);
+    assert!(first.status.success(), "{}", stderr(&first));
+    let pv: PersistentVolume = serde_yaml::from_str(&stdout(&first)).expect("stdout is a PV");
+    let name = pv.metadata.name.clone().unwrap();
+    let path = volumes.join(&name);
+    assert!(path.is_dir());
+    let guest_path = format!("symlink /data/{name}");
+
+    // Invoked again: the directory the host accepted is swapped for a link.
+    let again = invoke(&swap);
+    refused(&again);
+    assert!(stderr(&again).contains(&guest_path), "{}", stderr(&again));
+    assert!(!is_link(&path), "{} is a link", path.display());
+
+    // Deleted: the same.
+    std::fs::create_dir(&path).unwrap();
+    let pv_file = write(s.dir.path(), "pv.yaml", &stdout(&first));
+    let deleted = wasmprov(&[
+        "plugin", "delete", misbehave, "--pv", &pv_file, "--policy", &policy,
+    ]);
+    refused(&deleted);
+    assert!(
+        stderr(&deleted).contains(&guest_path),
+        "{}",
+        stderr(&deleted)
+    );
+    assert!(!is_link(&path), "{} is a link", path.display());
+
+    // Refused by the policy (an annotation it does not grant): the host's
+    // clean-up delete is where the plugin tries it.
+    let cleanup = invoke(&class(
+        "refused.yaml",
+        ", annotations: evil.example.com/x=1",
+    ));
+    let err = stderr(&cleanup);
+    assert!(
+        err.contains("annotation \"evil.example.com/x\" is not under a granted prefix")
+            && err.contains(&format!("deleting the storage it made failed, and is retried: {guest_path}: Operation not permitted")),
+        "{err}"
+    );
+    refused(&cleanup);
+    assert!(!is_link(&path), "{} is a link", path.display());
+}
+
 /// Global options are listed under their own heading, after the command's own.
 #[test]
 fn help_lists_the_logging_options_after_the_command_s_own() {

@@ -64,6 +64,7 @@ on_both_servers!(
     a_claim_waiting_for_its_plugin_is_provisioned_when_the_plugin_loads,
     a_volume_outside_the_plugins_output_policy_is_refused_and_its_storage_removed,
     a_plugin_cannot_hand_a_claim_another_claims_directory,
+    the_clean_up_of_a_refused_volume_cannot_swap_in_a_link,
     a_claim_deleted_after_no_change_still_has_its_storage_removed,
     the_storage_of_an_unsaved_volume_is_deleted_with_retries,
     the_volumes_of_a_replaced_go_provisioner_are_adopted_and_reclaimed,
@@ -714,6 +715,48 @@ async fn a_plugin_cannot_hand_a_claim_another_claims_directory(server: Server) {
         1,
         "only the first claim's: {volumes:?}"
     );
+}
+
+async fn the_clean_up_of_a_refused_volume_cannot_swap_in_a_link(server: Server) {
+    let c = Cluster::start(server, &[hostpath(), misbehave()]).await;
+    // misbehave may return volumes under /tmp/ok only, but its preopen is
+    // the directory where hostpath's volumes are: the policy refuses it
+    // links there. It makes a real directory, returns it (refused: not in
+    // /tmp/ok), and in the host's clean-up delete swaps it for a link to /.
+    let root = c.volumes_dir.path().display().to_string();
+    c.class(
+        "swap",
+        &[
+            ("plugin", "misbehave"),
+            ("behavior", "swap-link"),
+            ("dir", "/data"),
+            ("host-dir", &root),
+        ],
+        serde_json::json!({}),
+    )
+    .await;
+    c.claim("data", "swap", serde_json::json!({})).await;
+    let e = c
+        .event("data", "ProvisioningFailed", "output policy refuses")
+        .await;
+    let message = e.message.unwrap();
+    assert!(
+        message.contains(": Operation not permitted")
+            && message.contains(
+                "deleting the storage it made failed, and is retried: symlink /data/pvc-"
+            ),
+        "{message}"
+    );
+    let links: Vec<_> = std::fs::read_dir(c.volumes_dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_symlink())
+        .collect();
+    assert!(
+        links.is_empty(),
+        "links in the volumes directory: {links:?}"
+    );
+    assert!(c.no_volumes().await);
 }
 
 /// The Go library's hostpath example (examples/hostpath-provisioner): a

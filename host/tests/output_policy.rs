@@ -21,6 +21,11 @@ const STEP: Duration = Duration::from_secs(60);
 /// The misbehave guest with `dir` preopened at /data, under the policy entry
 /// `entry` (policy-file YAML, e.g. `output: {...}`; empty: nothing granted).
 async fn plugin(dir: &Path, entry: &str) -> WasmProvisioner {
+    plugin_allowing_links(dir, entry, false).await
+}
+
+/// [`plugin`], with links in its preopen allowed or not.
+async fn plugin_allowing_links(dir: &Path, entry: &str, allow_links: bool) -> WasmProvisioner {
     let yaml = format!("plugins: {{misbehave: {{{entry}}}}}");
     ok_preopen();
     let output = PolicySet::parse(&yaml, Path::new("policy.yaml"))
@@ -32,6 +37,7 @@ async fn plugin(dir: &Path, entry: &str) -> WasmProvisioner {
             guest: "/data".into(),
             mode: DirMode::ReadWrite,
         }],
+        allow_links,
         ..SandboxPolicy::default()
     };
     load("misbehave", &guest_path("misbehave"), sandbox, output).await
@@ -138,10 +144,12 @@ async fn host_paths_stay_in_the_granted_directory() {
 }
 
 #[tokio::test]
-async fn a_link_the_plugin_made_cannot_lead_out_of_the_granted_directory() {
+async fn a_link_in_the_granted_directory_cannot_lead_out_of_it() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().display().to_string();
-    let p = plugin(dir.path(), &hostpath_in(&root)).await;
+    // A policy file refuses links here (next test); allowed, the guest
+    // stands in for a link that got there another way.
+    let p = plugin_allowing_links(dir.path(), &hostpath_in(&root), true).await;
     let opts = options(
         "pvc-link",
         class(
@@ -168,6 +176,61 @@ async fn a_link_the_plugin_made_cannot_lead_out_of_the_granted_directory() {
         )),
         "{}",
         err.message
+    );
+}
+
+#[tokio::test]
+async fn the_clean_up_delete_of_a_refused_volume_cannot_swap_in_a_link() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().display().to_string();
+    // As an operator writes it: the preopen is the granted directory.
+    let yaml = format!(
+        "plugins:\n  misbehave:\n    preopens: [{{host: '{root}', guest: /data, mode: read-write}}]\n    \
+         {}\n",
+        hostpath_in(&root)
+    );
+    let set = PolicySet::parse(&yaml, Path::new("policy.yaml")).unwrap();
+    let p = load(
+        "misbehave",
+        &guest_path("misbehave"),
+        set.sandbox_for("misbehave"),
+        set.output_for("misbehave"),
+    )
+    .await;
+    // A real directory in the granted path, but an annotation that is not
+    // granted: refused, and the host has the plugin delete it, when the
+    // plugin swaps it for a link to `/` instead.
+    let opts = options(
+        "pvc-swap",
+        class(
+            "swap",
+            &[
+                ("behavior", "swap-link"),
+                ("dir", "/data"),
+                ("host-dir", &root),
+                ("annotations", "evil.example.com/x=1"),
+            ],
+        ),
+        claim("data", "1Mi"),
+    );
+    let err = tokio::time::timeout(STEP, p.provision(&opts))
+        .await
+        .expect("the host must end the call by itself")
+        .expect_err("the annotation is not granted");
+    assert!(err.message.contains(REFUSED_BY_POLICY), "{}", err.message);
+    assert!(
+        err.message.contains(
+            "deleting the storage it made failed, and is retried: symlink /data/pvc-swap: Operation not permitted"
+        ),
+        "{}",
+        err.message
+    );
+    assert_eq!(err.state, ProvisionState::InBackground, "{}", err.message);
+    let path = dir.path().join("pvc-swap");
+    assert!(
+        std::fs::symlink_metadata(&path).is_err(),
+        "{} must be gone, not a link",
+        path.display()
     );
 }
 

@@ -6,12 +6,14 @@ mod support;
 
 use std::io::Read;
 use std::net::TcpListener;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use support::*;
-use wasmprov::policy::SandboxPolicy;
 use wasmprov::policy::{DirMode, Preopen};
+use wasmprov::policy::{PolicySet, SandboxPolicy};
 use wasmprov::provisioner::{DeleteState, ProvisionError, ProvisionState};
+use wasmprov::runtime::FILESYSTEM_TYPES;
 use wasmprov::wasm_provisioner::WasmProvisioner;
 
 /// Generous upper bound for any single test step, so a broken protection
@@ -439,4 +441,153 @@ async fn network_filesystem_mode_still_serves_its_preopens() {
         std::fs::read_to_string(dir.path().join("inside.txt")).unwrap(),
         "hello"
     );
+}
+
+/// The misbehave guest under the policy file's entry for a plugin that
+/// preopens `preopen` at /data and may return hostPath volumes in `granted`
+/// (and /tmp/ok, where its healthy volumes are): whether it may make links
+/// is the policy's decision.
+async fn misbehave_under_policy(preopen: &Path, granted: &Path) -> WasmProvisioner {
+    let yaml = format!(
+        "plugins:\n  misbehave:\n    timeout: 5s\n    \
+         preopens: [{{host: '{}', guest: /data, mode: read-write}}]\n    \
+         output: {{sources: [hostPath], paths: ['{}', /tmp/ok], annotationPrefixes: [misbehave.test/]}}\n",
+        preopen.display(),
+        granted.display()
+    );
+    let set = PolicySet::parse(&yaml, Path::new("policy.yaml")).unwrap();
+    load(
+        "misbehave",
+        &guest_path("misbehave"),
+        set.sandbox_for("misbehave"),
+        set.output_for("misbehave"),
+    )
+    .await
+}
+
+fn is_symlink(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink())
+}
+
+/// A guest's own I/O error, not a crash: the call failed the ordinary way.
+fn assert_refused_link(message: &str, what: &str) {
+    assert!(
+        message.contains(what) && message.contains("Operation not permitted"),
+        "wants {what:?} refused: {message}"
+    );
+    assert!(!message.contains("crashed"), "{message}");
+}
+
+#[tokio::test]
+async fn an_accepted_directory_cannot_be_swapped_for_a_link_on_a_later_call() {
+    let volumes = tempfile::tempdir().unwrap();
+    let root = volumes.path().display().to_string();
+    let p = misbehave_under_policy(volumes.path(), volumes.path()).await;
+    // The guest imports an older wasi:filesystem than wasmtime-wasi defines;
+    // the linker's semver matching gives it the wrapped functions all the same.
+    let bytes = std::fs::read(guest_path("misbehave")).unwrap();
+    let imports = runtime()
+        .compile("misbehave", &bytes)
+        .unwrap()
+        .surface
+        .imports;
+    let fs = imports
+        .iter()
+        .find(|i| i.starts_with("wasi:filesystem/types@0.2."))
+        .expect("the guest imports wasi:filesystem/types");
+    assert_ne!(fs, FILESYSTEM_TYPES, "this test no longer shows that");
+    let params = [
+        ("behavior", "swap-link"),
+        ("dir", "/data"),
+        ("host-dir", root.as_str()),
+    ];
+    // Checked and accepted: a real directory in the granted path.
+    let pv = provision_with(&p, &params).await.expect("a real directory");
+    let path = volumes.path().join("pvc-test");
+    assert_eq!(
+        pv.spec.as_ref().unwrap().host_path.as_ref().unwrap().path,
+        path.display().to_string()
+    );
+    assert!(path.is_dir());
+
+    // A second provision of the same claim swaps it for a link to `/`.
+    let err = provision_with(&p, &params)
+        .await
+        .expect_err("the swap must fail");
+    assert_eq!(err.state, ProvisionState::Failed, "{}", err.message);
+    assert_refused_link(&err.message, "symlink /data/pvc-test");
+    assert!(!is_symlink(&path), "{} became a link", path.display());
+
+    // So does its delete (a reclaim, or the host's clean-up).
+    std::fs::create_dir(&path).unwrap();
+    let err = tokio::time::timeout(STEP, p.delete(&pv))
+        .await
+        .unwrap()
+        .expect_err("the swap must fail");
+    assert_eq!(err.state, DeleteState::Failed, "{}", err.message);
+    assert_refused_link(&err.message, "symlink /data/pvc-test");
+    assert!(!is_symlink(&path), "{} became a link", path.display());
+    assert_still_serves(&p).await;
+}
+
+#[tokio::test]
+async fn a_hard_link_is_refused_too() {
+    let volumes = tempfile::tempdir().unwrap();
+    let p = misbehave_under_policy(volumes.path(), volumes.path()).await;
+    let err = provision_with(&p, &[("behavior", "hard-link"), ("dir", "/data")])
+        .await
+        .expect_err("a hard link must fail");
+    assert_refused_link(&err.message, "hard link /data/pvc-test.hard");
+    assert!(volumes.path().join("pvc-test.target").exists());
+    assert!(!volumes.path().join("pvc-test.hard").exists());
+}
+
+#[tokio::test]
+async fn a_symlink_the_plugin_did_not_make_cannot_be_moved_into_place_but_files_can() {
+    let volumes = tempfile::tempdir().unwrap();
+    let p = misbehave_under_policy(volumes.path(), volumes.path()).await;
+    // A link that got there another way (here: the host made it).
+    let found = volumes.path().join("found");
+    std::os::unix::fs::symlink("/", &found).unwrap();
+    let moved = volumes.path().join("pvc-test");
+    let move_from =
+        |from: &'static str| [("behavior", "move-link"), ("dir", "/data"), ("from", from)];
+    let err = provision_with(&p, &move_from("/data/found"))
+        .await
+        .expect_err("moving a link must fail");
+    assert_refused_link(&err.message, "rename /data/found -> /data/pvc-test");
+    assert!(!is_symlink(&moved) && is_symlink(&found));
+    // A plain file still moves.
+    std::fs::write(volumes.path().join("file"), "target").unwrap();
+    let pv = provision_with(&p, &move_from("/data/file"))
+        .await
+        .expect("renaming a file is fine");
+    assert!(annotation(&pv, "misbehave.test/escaped").is_some());
+    assert_eq!(std::fs::read_to_string(&moved).unwrap(), "target");
+}
+
+#[tokio::test]
+async fn a_plugin_whose_preopens_are_apart_from_its_volumes_may_still_make_links() {
+    let scratch = tempfile::tempdir().unwrap();
+    let volumes = tempfile::tempdir().unwrap();
+    let p = misbehave_under_policy(scratch.path(), volumes.path()).await;
+    let root = volumes.path().display().to_string();
+    // The volume it reports is a real directory where it is granted; what
+    // it does in its own scratch preopen is its business.
+    std::fs::create_dir(volumes.path().join("pvc-test")).unwrap();
+    let params = [
+        ("behavior", "swap-link"),
+        ("dir", "/data"),
+        ("host-dir", root.as_str()),
+    ];
+    provision_with(&p, &params).await.expect("a real directory");
+    let pv = provision_with(&p, &params)
+        .await
+        .expect("links are allowed here");
+    assert!(annotation(&pv, "misbehave.test/escaped").is_some());
+    assert!(is_symlink(&scratch.path().join("pvc-test")));
+    provision_with(&p, &[("behavior", "hard-link"), ("dir", "/data")])
+        .await
+        .expect("hard links are allowed here");
+    assert!(scratch.path().join("pvc-test.hard").exists());
 }

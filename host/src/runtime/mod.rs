@@ -19,6 +19,7 @@ mod cache;
 mod contract;
 mod inspect;
 mod limits;
+mod links;
 mod plugin;
 mod sandbox;
 
@@ -36,6 +37,7 @@ use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAlloc
 pub use cache::CacheOutcome;
 pub use inspect::Surface;
 pub use limits::MemoryLimitExceeded;
+pub use links::FILESYSTEM_TYPES;
 pub use plugin::{CallError, Plugin};
 pub use sandbox::{MAX_LOG_BYTES_PER_CALL, MAX_LOG_LINES_PER_CALL};
 
@@ -205,6 +207,8 @@ impl Runtime {
 
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(engine_err)?;
+        // Links can be refused per plugin: wasmtime-wasi has no permission for them.
+        links::add_to_linker(&mut linker).map_err(engine_err)?;
         // Both contract versions' imports: a component built against either
         // links.
         bindings::v0_2::ResizableProvisioner::add_to_linker::<_, wasmtime::component::HasSelf<_>>(

@@ -34,6 +34,9 @@ pub struct CallState {
     pub(crate) log: PluginLog,
     pub(crate) stdout: CapturedOutput,
     pub(crate) stderr: CapturedOutput,
+    /// The policy's `allow_links`: whether the link-creating filesystem
+    /// calls reach the filesystem (see `links`).
+    pub(crate) allow_links: bool,
 }
 
 impl CallState {
@@ -93,6 +96,7 @@ impl CallState {
             log: PluginLog::new(plugin, subject),
             stdout,
             stderr,
+            allow_links: policy.allow_links,
         })
     }
 }
@@ -137,6 +141,20 @@ impl PluginLog {
                 "plugin exceeded its log budget of {MAX_LOG_LINES_PER_CALL} lines or {} KiB per call; lines were dropped", MAX_LOG_BYTES_PER_CALL / 1024
             );
         }
+    }
+}
+
+impl CallState {
+    /// Tells the operator that a link was refused (the guest gets
+    /// `not-permitted`); `what` is the kind of link, `path` where the guest
+    /// wanted it.
+    pub(crate) fn refused_link(&self, what: &str, path: &str) {
+        tracing::warn!(
+            plugin = %self.log.plugin,
+            subject = %self.log.subject,
+            path = %untrusted(path, 256),
+            "plugin tried to create {what}; refused, as links are refused to a plugin whose preopens overlap a granted volume directory (output.paths), and the plugin got \"operation not permitted\"; create real directories and files instead, or preopen a directory apart from the volume paths"
+        );
     }
 }
 

@@ -31,6 +31,16 @@
 //! - For `link-out`: `host-dir`, the host path of the preopen `dir`. It makes
 //!   `<dir>/<pv>` a symbolic link climbing to `/` and returns the hostPath
 //!   `<host-dir>/<pv>/etc`.
+//! - For `swap-link` (a link swapped in after the host checked the volume):
+//!   `host-dir` as for `link-out`. The first `provision` makes `<dir>/<pv>`
+//!   a real directory and returns the hostPath `<host-dir>/<pv>` (with the
+//!   `annotations` parameter's annotations, so a test can have it refused);
+//!   a later `provision`, and `delete`, replace that directory with a
+//!   symbolic link climbing to `/`.
+//! - For `hard-link`: writes `<dir>/<pv>.target` and hard-links
+//!   `<dir>/<pv>.hard` to it.
+//! - For `move-link`: `from`, a guest path it renames to `<dir>/<pv>` (a
+//!   test puts a symbolic link there, or a plain file).
 //! - For `huge-message`: `message-bytes` (default 30 MiB), the size of the
 //!   `failed` message.
 //!
@@ -86,6 +96,9 @@ pub const BEHAVIORS: &[&str] = &[
     "invalid-argument",
     "return",
     "link-out",
+    "swap-link",
+    "hard-link",
+    "move-link",
     "huge-message",
     "echo-parameters",
     "control-text",
@@ -243,6 +256,43 @@ impl Guest for Misbehave {
                     ..ok()
                 })
             }
+            "swap-link" => {
+                let host_dir = param(params, "host-dir").ok_or_else(|| {
+                    InvalidArgument("behavior swap-link needs the parameter host-dir".into())
+                })?;
+                let path = format!("{dir}/{pv}");
+                if std::fs::symlink_metadata(&path).is_ok() {
+                    // Checked and accepted earlier: now swap in the link.
+                    swap_in_link(&path).map_err(Failed)?;
+                    return Ok(escaped(pv, bytes, &format!("swapped {path} for a link")));
+                }
+                std::fs::create_dir(&path).map_err(|e| Failed(format!("mkdir {path}: {e}")))?;
+                Ok(Volume {
+                    source:
+                        serde_json::json!({ "hostPath": { "path": format!("{host_dir}/{pv}") } })
+                            .to_string(),
+                    annotations: pairs(params, "annotations"),
+                    ..ok()
+                })
+            }
+            "hard-link" => {
+                let target = format!("{dir}/{pv}.target");
+                let link = format!("{dir}/{pv}.hard");
+                std::fs::write(&target, "target")
+                    .map_err(|e| Failed(format!("write {target}: {e}")))?;
+                std::fs::hard_link(&target, &link)
+                    .map_err(|e| Failed(format!("hard link {link} -> {target}: {e}")))?;
+                Ok(escaped(pv, bytes, &format!("hard-linked {link}")))
+            }
+            "move-link" => {
+                let from = param(params, "from").ok_or_else(|| {
+                    InvalidArgument("behavior move-link needs the parameter from".into())
+                })?;
+                let to = format!("{dir}/{pv}");
+                std::fs::rename(from, &to)
+                    .map_err(|e| Failed(format!("rename {from} -> {to}: {e}")))?;
+                Ok(escaped(pv, bytes, &format!("moved {from} to {to}")))
+            }
             "echo-parameters" => Ok(volume(
                 pv,
                 bytes,
@@ -391,6 +441,12 @@ impl Guest for Misbehave {
                     None => Ok(()),
                 }
             }
+            // The host's clean-up (or a reclaim): swap the checked directory
+            // for a link to `/` instead of deleting it.
+            "swap-link" => {
+                let dir = param(params, "dir").unwrap_or(DEFAULT_DIR);
+                swap_in_link(&format!("{dir}/{}", request.pv_name)).map_err(DeleteError::Failed)
+            }
             "ignored" => Err(DeleteError::Ignored("misbehave: not my volume".to_string())),
             // Everything else only misbehaves in provision: only the
             // healthy volume's directory to remove, if it was made.
@@ -500,6 +556,12 @@ fn volume(pv: &str, bytes: u64, annotations: Vec<(String, String)>) -> Volume {
 /// The answer of an escape attempt that worked: the sandbox has a hole.
 fn escaped(pv: &str, bytes: u64, what: &str) -> Volume {
     volume(pv, bytes, vec![key_value("escaped", what.to_string())])
+}
+
+/// Replaces the directory `path` with a symbolic link climbing to `/`.
+fn swap_in_link(path: &str) -> Result<(), String> {
+    std::fs::remove_dir(path).map_err(|e| format!("remove {path}: {e}"))?;
+    symlink_to_root(path).map_err(|e| format!("symlink {path}: {e}"))
 }
 
 /// Loops until the host interrupts it; `black_box` keeps the optimizer from
