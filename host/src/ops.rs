@@ -16,11 +16,16 @@ use tokio::net::TcpListener;
 
 use crate::metrics::Metrics;
 
+/// Why the host is not ready although it started (e.g. a plugin loader
+/// stopped), if it is not.
+pub type Unready = Box<dyn Fn() -> Option<String> + Send + Sync>;
+
 /// Shared state behind the endpoints.
 #[derive(Default)]
 pub struct Ops {
     pub metrics: Arc<Metrics>,
     ready: AtomicBool,
+    unready: std::sync::OnceLock<Unready>,
 }
 
 impl Ops {
@@ -28,7 +33,16 @@ impl Ops {
         self.ready.store(ready, Ordering::Relaxed);
     }
 
-    fn respond(&self, path: &str) -> Response<Full<Bytes>> {
+    /// Asked at each `/readyz`: a reason makes the host unready.
+    pub fn check_readiness(&self, unready: Unready) {
+        let _ = self.unready.set(unready);
+    }
+
+    fn unready_reason(&self) -> Option<String> {
+        self.unready.get().and_then(|f| f())
+    }
+
+    pub(crate) fn respond(&self, path: &str) -> Response<Full<Bytes>> {
         let (status, content_type, body) = match path {
             "/metrics" => (
                 StatusCode::OK,
@@ -36,6 +50,11 @@ impl Ops {
                 self.metrics.encode(),
             ),
             "/healthz" | "/livez" => (StatusCode::OK, "text/plain", "ok\n".to_owned()),
+            "/readyz" if let Some(why) = self.unready_reason() => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "text/plain",
+                format!("not ready: {why}\n"),
+            ),
             "/readyz" if self.ready.load(Ordering::Relaxed) => {
                 (StatusCode::OK, "text/plain", "ok\n".to_owned())
             }

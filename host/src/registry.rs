@@ -78,6 +78,9 @@ pub struct PluginRegistry {
     reloading: tokio::sync::Mutex<()>,
     /// Counts the versions loaded ([`Provisioner::plugins_changed`]).
     loaded: tokio::sync::watch::Sender<u64>,
+    /// Why a plugin source's loader stopped, if one did: no new version
+    /// would ever load, so the host is not ready.
+    loader_stopped: std::sync::Mutex<Option<String>>,
 }
 
 #[derive(Default)]
@@ -114,7 +117,24 @@ impl PluginRegistry {
             }),
             reloading: tokio::sync::Mutex::new(()),
             loaded: tokio::sync::watch::channel(0).0,
+            loader_stopped: std::sync::Mutex::new(None),
         }
+    }
+
+    /// Why a plugin loader stopped (the host should not be ready), if one did.
+    pub fn loader_stopped(&self) -> Option<String> {
+        self.loader_stopped
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Records that a plugin loader stopped; the first reason is kept.
+    pub fn report_loader_stopped(&self, why: String) {
+        self.loader_stopped
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert(why);
     }
 
     /// The names and digests of the serving plugins.

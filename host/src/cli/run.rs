@@ -298,6 +298,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         ops.metrics.clone(),
     )
     .await?;
+    ops.check_readiness({
+        let registry = registry.clone();
+        Box::new(move || registry.loader_stopped())
+    });
     ops.set_ready(true);
     let lifecycle = lifecycle::run(
         client.clone(),

@@ -164,8 +164,8 @@ pub async fn start(
     reporter: Reporter,
     initial_timeout: std::time::Duration,
 ) -> ConfigMapSource {
-    let (task, source) = watch(client, namespace, registry, reporter);
-    tokio::spawn(task);
+    let (task, source) = watch(client, namespace, registry.clone(), reporter);
+    super::supervise(&registry, "the plugin ConfigMaps loader", task);
     if tokio::time::timeout(initial_timeout, source.initial_sync())
         .await
         .is_err()

@@ -65,32 +65,56 @@ pub enum DecodeError {
     TooLarge,
 }
 
+/// The largest zstd window a plugin file may ask for (16 MiB): the decoder
+/// allocates it up front, so a frame header alone could otherwise cost the
+/// 128 MiB default. `encode` at level 19 uses 8 MiB.
+const ZSTD_WINDOW_LOG_MAX: u32 = 24;
+
 /// The component bytes of a plugin file.
+///
+/// Memory stays bounded by what the component really is: the stream is
+/// first decompressed into nothing, counting, and refused past
+/// [`MAX_COMPONENT_SIZE`]; only a stream within it is decompressed again
+/// into a buffer of exactly its size. A bomb costs CPU time, never memory.
 pub fn decode(encoding: Encoding, bytes: Vec<u8>) -> Result<Vec<u8>, DecodeError> {
-    let (what, reader): (_, Box<dyn Read + '_>) = match encoding {
-        Encoding::Plain => return Ok(bytes),
-        Encoding::Gzip => ("gzip", Box::new(flate2::read::GzDecoder::new(&bytes[..]))),
-        Encoding::Zstd => (
-            "zstd",
-            Box::new(
-                zstd::stream::read::Decoder::new(&bytes[..]).map_err(|source| {
-                    DecodeError::Corrupt {
-                        what: "zstd",
-                        source,
-                    }
-                })?,
-            ),
-        ),
+    if encoding == Encoding::Plain {
+        return Ok(bytes);
+    }
+    let what = match encoding {
+        Encoding::Gzip => "gzip",
+        _ => "zstd",
     };
-    let mut out = Vec::with_capacity(bytes.len() * 3);
-    reader
-        .take(MAX_COMPONENT_SIZE + 1)
-        .read_to_end(&mut out)
-        .map_err(|source| DecodeError::Corrupt { what, source })?;
-    if out.len() as u64 > MAX_COMPONENT_SIZE {
+    let corrupt = |source| DecodeError::Corrupt { what, source };
+    let size = std::io::copy(
+        &mut decoder(encoding, &bytes)?.take(MAX_COMPONENT_SIZE + 1),
+        &mut std::io::sink(),
+    )
+    .map_err(corrupt)?;
+    if size > MAX_COMPONENT_SIZE {
         return Err(DecodeError::TooLarge);
     }
+    let mut out = Vec::with_capacity(usize::try_from(size).map_err(|_| DecodeError::TooLarge)?);
+    decoder(encoding, &bytes)?
+        .take(size)
+        .read_to_end(&mut out)
+        .map_err(corrupt)?;
     Ok(out)
+}
+
+fn decoder(encoding: Encoding, bytes: &[u8]) -> Result<Box<dyn Read + '_>, DecodeError> {
+    let corrupt = |source| DecodeError::Corrupt {
+        what: "zstd",
+        source,
+    };
+    Ok(match encoding {
+        Encoding::Plain => Box::new(bytes),
+        Encoding::Gzip => Box::new(flate2::read::GzDecoder::new(bytes)),
+        Encoding::Zstd => {
+            let mut d = zstd::stream::read::Decoder::new(bytes).map_err(corrupt)?;
+            d.window_log_max(ZSTD_WINDOW_LOG_MAX).map_err(corrupt)?;
+            Box::new(d)
+        }
+    })
 }
 
 /// Compresses a component for delivery (the inverse of [`decode`]).

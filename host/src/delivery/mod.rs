@@ -122,9 +122,48 @@ pub async fn serve(
             watch_config,
         )
         .context("cannot watch the plugins directory and the policy file for changes")?;
-        tokio::spawn(watching);
+        supervise(
+            &registry,
+            "the plugin directory and policy file watcher",
+            watching,
+        );
     }
     Ok(registry)
+}
+
+/// Runs a plugin loader on its own task. Loaders run for the life of the
+/// host: one that ends or panics would leave every later version unloaded,
+/// so it is logged and makes the host unready (`/readyz` says which and why)
+/// instead of going unnoticed.
+pub(crate) fn supervise(
+    registry: &Arc<PluginRegistry>,
+    what: &'static str,
+    loader: impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let task = tokio::spawn(loader);
+    let registry = Arc::downgrade(registry);
+    tokio::spawn(async move {
+        let why = match task.await {
+            Ok(()) => format!("{what} stopped"),
+            Err(e) if e.is_panic() => {
+                let payload = e.into_panic();
+                let message = payload
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "no message".to_owned());
+                format!("{what} crashed: {message}")
+            }
+            // Cancelled: the runtime is shutting down.
+            Err(_) => return,
+        };
+        tracing::error!("{why}; no new plugin version will load until the host restarts");
+        if let Some(registry) = registry.upgrade() {
+            registry.report_loader_stopped(format!(
+                "{why}; new plugin versions no longer load: restart the host (and report the crash)"
+            ));
+        }
+    });
 }
 
 /// [`serve`] with a plugins directory only.
@@ -141,4 +180,60 @@ pub async fn serve_directory(
         policy,
     };
     serve(sources, runtime, metrics, watch_config).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::Ops;
+    use crate::runtime::RuntimeConfig;
+    use http_body_util::BodyExt;
+    use std::time::Duration;
+
+    async fn readyz(ops: &Ops) -> (u16, String) {
+        let response = ops.respond("/readyz");
+        let status = response.status().as_u16();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    #[tokio::test]
+    async fn a_loader_that_crashes_or_ends_makes_the_host_unready() {
+        for (loader, want) in [
+            (
+                Box::pin(async { panic!("manifest part sizes overflowed") })
+                    as std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
+                "the test loader crashed: manifest part sizes overflowed",
+            ),
+            (Box::pin(async {}), "the test loader stopped"),
+        ] {
+            let runtime = Arc::new(Runtime::new(RuntimeConfig::default()).unwrap());
+            let registry = Arc::new(PluginRegistry::new(
+                runtime,
+                PolicySet::default(),
+                Arc::new(Metrics::default()),
+                "test",
+            ));
+            let ops = Ops::default();
+            ops.check_readiness({
+                let registry = registry.clone();
+                Box::new(move || registry.loader_stopped())
+            });
+            ops.set_ready(true);
+            assert_eq!(readyz(&ops).await.0, 200);
+            supervise(&registry, "the test loader", loader);
+            for _ in 0..100 {
+                if registry.loader_stopped().is_some() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            let (status, body) = readyz(&ops).await;
+            assert_eq!(status, 503, "{body}");
+            assert!(
+                body.contains(want) && body.contains("restart the host"),
+                "{body}"
+            );
+        }
+    }
 }

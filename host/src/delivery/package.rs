@@ -417,7 +417,18 @@ fn read_chunked<'a>(
             manifest.encoding
         ));
     };
-    let listed: u64 = manifest.parts.iter().map(|p| p.size).sum();
+    // Checked: part sizes are the manifest writer's, and a sum that wraps
+    // must not pass for a small stream (or panic the loader).
+    let Some(listed) = manifest
+        .parts
+        .iter()
+        .try_fold(0u64, |sum, p| sum.checked_add(p.size))
+    else {
+        return Content::Invalid(format!(
+            "ConfigMap {object}: the manifest's part sizes add up to more than any stream can \
+             hold; {redo}"
+        ));
+    };
     if manifest.parts.is_empty() || listed != manifest.size {
         return Content::Invalid(format!(
             "ConfigMap {object}: the manifest lists {} parts of {listed} bytes in all but a \
@@ -690,6 +701,18 @@ mod tests {
         *text = serde_json::to_string(&m).unwrap();
         assert!(
             matches!(read_all("big", &cms), Content::Invalid(m) if m.contains("lists 3 parts"))
+        );
+        // Part sizes that wrap around to the manifest's small total when
+        // added: refused, never a panic or a pass.
+        let mut cms = by_name(&packed.config_maps);
+        let head = cms.get_mut(&config_map_name("big")).unwrap();
+        let text = head.data.as_mut().unwrap().get_mut(MANIFEST_KEY).unwrap();
+        let mut m: Manifest = serde_json::from_str(text).unwrap();
+        m.parts[0].size = u64::MAX;
+        m.parts[1].size = m.size - m.parts[2].size + 1;
+        *text = serde_json::to_string(&m).unwrap();
+        assert!(
+            matches!(read_all("big", &cms), Content::Invalid(m) if m.contains("add up to more than any stream"))
         );
     }
 
