@@ -527,18 +527,19 @@ fn nfs_subdir_keeps_hostile_patterns_inside_the_share_and_archives_on_delete() {
     );
     let pvc = s.claim("data", "1Gi", "dir: ../../escape/..");
     let pv = invoke("nfs-subdir", &class, &pvc, Some(&policy)).unwrap();
+    let volume = pv.metadata.name.clone().unwrap();
     let nfs = pv.spec.clone().unwrap().nfs.unwrap();
     assert_eq!(
         (nfs.server.as_str(), nfs.path.as_str()),
-        ("10.0.0.5", "/exports/k8s/escape")
+        ("10.0.0.5", format!("/exports/k8s/escape/{volume}").as_str())
     );
-    assert!(s.path("share/escape").is_dir());
+    assert!(s.path(&format!("share/escape/{volume}")).is_dir());
     assert!(!s.path("escape").exists() && !s.path("../escape").exists());
 
     delete("nfs-subdir", &s, &pv, Some(&policy)).unwrap();
-    assert!(!s.path("share/escape").exists());
+    assert!(!s.path(&format!("share/escape/{volume}")).exists());
     assert!(
-        s.path("share/archived-escape").is_dir(),
+        s.path(&format!("share/escape/archived-{volume}")).is_dir(),
         "archiveOnDelete defaults to true"
     );
 
@@ -858,7 +859,7 @@ fn template_refuses_a_shared_path_and_renders_csi_sources() {
     let pvc = s.claim("data", "1Gi", "");
     let policy = s.write(
         "policy.yaml",
-        "plugins:\n  template:\n    output: {sources: [csi], csiDrivers: [disk.csi.example.com]}\n",
+        "plugins:\n  template:\n    output: {sources: [csi], csiDrivers: [{name: disk.csi.example.com, volumeAttributes: [tier=fast]}]}\n",
     );
     let shared = s.class(
         "shared",
@@ -873,13 +874,17 @@ fn template_refuses_a_shared_path_and_renders_csi_sources() {
     let csi = s.class(
         "csi",
         "template",
-        "kind: csi, driver: disk.csi.example.com, volumeHandle: 'vol-${namespace}-${name}', \
+        "kind: csi, driver: disk.csi.example.com, volumeHandle: 'vol-${namespace}-${name}-${pvName}', \
          fsType: ext4, attributes.tier: fast",
     );
     let pv = invoke("template", &csi, &pvc, Some(&policy)).unwrap();
     let csi = pv.spec.unwrap().csi.unwrap();
     assert_eq!(csi.driver, "disk.csi.example.com");
-    assert_eq!(csi.volume_handle, "vol-apps-data");
+    assert!(
+        csi.volume_handle.starts_with("vol-apps-data-pvc-"),
+        "{}",
+        csi.volume_handle
+    );
     assert_eq!(csi.fs_type.as_deref(), Some("ext4"));
     assert_eq!(csi.volume_attributes.unwrap()["tier"], "fast");
     let typo = s.class(
