@@ -2,8 +2,11 @@
 # Builds a real Kubernetes control plane from source through the Go module
 # proxy: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, and
 # the kubectl of the same release (the kubectl on PATH may be several minor
-# versions older than the server, and says so on every call); and the Go
-# provisioner the benchmarks compare wasmprov with (tests/go-peer).
+# versions older than the server, and says so on every call); a real node
+# for it: kubelet, kube-proxy, containerd (with ctr and the runc shim) and a
+# pause binary for pod sandboxes (runc and the CNI plugins come from Debian:
+# tests/cluster/README.md); and the Go provisioner the benchmarks compare
+# wasmprov with (tests/go-peer).
 #
 #   tests/cluster/build.sh            # prints the bin directory on stdout
 #
@@ -21,6 +24,7 @@ set -euo pipefail
 
 K8S_VERSION=${K8S_VERSION:-1.37.2}
 ETCD_VERSION=${ETCD_VERSION:-3.7.3}   # the etcd that Kubernetes 1.37 ships with
+CONTAINERD_VERSION=${CONTAINERD_VERSION:-2.4.2}  # kubelet 1.37 needs containerd 2
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 out=${WASMPROV_K8S_DIR:-$root/target/k8s/$K8S_VERSION}
@@ -48,6 +52,7 @@ step() {
 have_version() { # binary, expected substring of its version
     local flag=--version
     [[ ${1##*/} == kubectl ]] && flag="version --client"
+    [[ ${1##*/} == containerd-shim-runc-v2 ]] && flag=-v
     [[ -x $1 ]] || return 1
     # Read the whole output first: `| grep -q` would stop reading at the
     # match, and the binary's SIGPIPE would fail the pipeline (pipefail).
@@ -74,7 +79,7 @@ build_etcd() {
     say "etcd built in $((SECONDS - t0)) s"
 }
 
-k8s_components=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+k8s_components=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
 
 build_kubernetes() {
     local missing=()
@@ -139,7 +144,54 @@ build_go_peer() {
     say "hostpath-peer built in $((SECONDS - t0)) s"
 }
 
+# containerd's CRI plugin runs the node's pods (with Debian's runc).
+build_containerd() {
+    local c missing=()
+    for c in containerd ctr containerd-shim-runc-v2; do
+        have_version "$bin/$c" "v$CONTAINERD_VERSION" || missing+=("$c")
+    done
+    [[ ${#missing[@]} -eq 0 ]] && return
+    local w=$out/src/containerd
+    mkdir -p "$w"
+    say "containerd v$CONTAINERD_VERSION: building ${missing[*]} (about 3 minutes on a cold machine)"
+    local t0=$SECONDS
+    (
+        cd "$w"
+        printf 'module local/containerdbin\n\ngo 1.26\n' > go.mod
+        step containerd-modules go get "github.com/containerd/containerd/v2@v$CONTAINERD_VERSION"
+        local ld="-s -w -X github.com/containerd/containerd/v2/version.Version=v$CONTAINERD_VERSION"
+        for c in "${missing[@]}"; do
+            # no_btrfs: that snapshotter needs cgo and btrfs headers; the node uses overlayfs.
+            step "$c" go build -trimpath -tags=no_btrfs -ldflags="$ld" \
+                -o "$bin/$c" "github.com/containerd/containerd/v2/cmd/$c"
+        done
+    )
+    for c in "${missing[@]}"; do
+        have_version "$bin/$c" "v$CONTAINERD_VERSION" \
+            || fail "$c was built but its version is not v$CONTAINERD_VERSION (see $logs/$c.log)"
+    done
+    say "containerd built in $((SECONDS - t0)) s"
+}
+
+# The pod sandbox's process: holds the pod's namespaces until it is killed.
+build_pause() {
+    local src=$root/tests/cluster/node/pause.c stamp=$bin/pause.sources digest
+    digest=$(sha256sum "$src" | cut -d' ' -f1)
+    [[ -x $bin/pause && -f $bin/pause.oci.tar && -f $stamp && $(cat "$stamp") == "$digest" ]] && return
+    command -v gcc >/dev/null || fail "no 'gcc' on PATH to build the pod sandbox's pause binary"
+    step pause gcc -static -Os -s -o "$bin/pause" "$src"
+    # The image containerd runs it from (its sandbox image).
+    local rootfs=$out/src/pause-rootfs
+    rm -rf "$rootfs" && mkdir -p "$rootfs" && cp "$bin/pause" "$rootfs/pause"
+    step pause-image bash "$root/deploy/image/pack.sh" --rootfs "$rootfs" \
+        --name localhost/wasmprov-test/pause:1 --out "$bin/pause.oci.tar" \
+        --entrypoint '["/pause"]' --user 65535:65535
+    echo "$digest" > "$stamp"
+}
+
 build_etcd
 build_kubernetes
+build_containerd
+build_pause
 build_go_peer
 echo "$bin"

@@ -14,8 +14,11 @@
 //! key generated per cluster); authorization is RBAC, as on a real cluster.
 //! Every process dies with the test process, even on a panic or a SIGKILL.
 
+mod node;
 mod pki;
 mod process;
+
+pub use node::{NodeOptions, NODE_NAME};
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -100,6 +103,9 @@ pub struct Options {
     /// `None`: its default, 20 QPS, about five claims bound per second,
     /// which a benchmark of provisioners would measure instead of them.
     pub controller_manager_qps: Option<u32>,
+    /// A real node (containerd, kubelet, kube-proxy) that runs pods: see
+    /// [`NodeOptions`]. `None`: no node; pods stay Pending.
+    pub node: Option<NodeOptions>,
 }
 
 impl Default for Options {
@@ -112,6 +118,7 @@ impl Default for Options {
             audit: false,
             audit_groups: Vec::new(),
             controller_manager_qps: None,
+            node: None,
         }
     }
 }
@@ -168,6 +175,8 @@ pub struct Cluster {
     remove_dir: bool,
     started_in: Duration,
     audit: bool,
+    /// Boxed: most clusters have none.
+    node: Mutex<Option<Box<node::Node>>>,
 }
 
 /// One resource request from the API server's audit log, in the terms RBAC
@@ -282,7 +291,8 @@ impl Cluster {
     }
 
     /// A component's log file: `etcd`, `kube-apiserver`,
-    /// `kube-controller-manager` or `kube-scheduler`.
+    /// `kube-controller-manager`, `kube-scheduler`, and with a node
+    /// `containerd`, `kubelet` and `kube-proxy`.
     pub fn log_path(&self, component: &str) -> PathBuf {
         self.dir.join("logs").join(format!("{component}.log"))
     }
@@ -298,6 +308,26 @@ impl Cluster {
         });
         command.arg("--kubeconfig").arg(&self.kubeconfig);
         command
+    }
+
+    /// `ctr` talking to the node's containerd in the kubelet's namespace
+    /// (`k8s.io`), e.g. `tasks kill -s SIGKILL ID` to kill a container as
+    /// its process dying would. Panics without a node.
+    pub fn ctr(&self) -> std::process::Command {
+        self.with_node(|n| n.ctr_command())
+    }
+
+    /// Loads an OCI image tarball into the node (what `ctr images import`
+    /// does), named by its index's annotations. Panics without a node.
+    pub fn load_image(&self, tarball: &Path) -> Result<(), Error> {
+        self.with_node(|n| n.load_image(tarball))
+    }
+
+    fn with_node<T>(&self, f: impl FnOnce(&node::Node) -> T) -> T {
+        let node = self.node.lock().unwrap_or_else(|p| p.into_inner());
+        f(node
+            .as_ref()
+            .expect("this cluster was started without a node (Options::node)"))
     }
 
     /// A kubeconfig (YAML) whose user sends `token`.
@@ -369,8 +399,12 @@ impl Cluster {
             .collect()
     }
 
-    /// Stops every component (scheduler first, etcd last).
+    /// Stops every component: the node's (and every container on it)
+    /// first, then the scheduler, …, etcd last.
     pub fn stop(&self) {
+        if let Some(node) = self.node.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            node.stop();
+        }
         let mut components = self.components.lock().unwrap_or_else(|p| p.into_inner());
         while let Some(mut c) = components.pop() {
             c.stop(Duration::from_secs(5));
@@ -413,7 +447,7 @@ impl Drop for Cluster {
     fn drop(&mut self) {
         self.stop();
         if self.remove_dir {
-            let _ = std::fs::remove_dir_all(&self.dir);
+            remove_run_dir(&self.dir);
         }
     }
 }
@@ -453,7 +487,8 @@ fn fresh_run_dir() -> Result<PathBuf, Error> {
             let pid = name.strip_prefix("run-").and_then(|r| r.split('-').next());
             if let Some(pid) = pid {
                 if !Path::new("/proc").join(pid).exists() {
-                    let _ = std::fs::remove_dir_all(entry.path());
+                    node::sweep(&entry.path());
+                    remove_run_dir(&entry.path());
                 }
             }
         }
@@ -465,7 +500,22 @@ fn fresh_run_dir() -> Result<PathBuf, Error> {
         what: format!("create {}", dir.display()),
         source: e,
     })?;
-    Ok(dir)
+    // kubelet refuses paths with `..` in them (target_dir() has one).
+    dir.canonicalize()
+        .map_err(io(format!("resolve {}", dir.display())))
+}
+
+/// Removes a run's directory, unless something is still mounted in it (a
+/// pod volume bind-mounted from elsewhere must never be deleted through).
+fn remove_run_dir(dir: &Path) {
+    if node::has_mounts_below(dir) {
+        eprintln!(
+            "test-cluster: {} still has mounts below it; not removed",
+            dir.display()
+        );
+        return;
+    }
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 fn free_port() -> Result<u16, Error> {
@@ -514,18 +564,36 @@ fn start_in(bin: &Path, dir: &Path, options: &Options) -> Result<Cluster, Error>
     let _ = std::fs::remove_dir_all(&data);
     std::fs::create_dir_all(&logs).map_err(io(format!("create {}", logs.display())))?;
 
-    let keys = pki::generate(dir)?;
+    // A node's network comes first: the API server listens on, and
+    // advertises, the machine's end of the node's link.
+    let network = match &options.node {
+        Some(_) => Some(node::Network::create(dir, &bin.join("pause"))?),
+        None => None,
+    };
+    let api_host = network
+        .as_ref()
+        .map_or(std::net::Ipv4Addr::LOCALHOST, |n| n.host_ip);
+    let keys = pki::generate(dir, api_host)?;
     let admin_token = pki::random_token()?;
+    let kubelet_token = pki::random_token()?;
+    let proxy_token = pki::random_token()?;
     let tokens = dir.join("tokens.csv");
-    write(
-        &tokens,
-        &format!("{admin_token},{ADMIN_TOKEN_USER},{ADMIN_TOKEN_USER},\"system:masters\"\n"),
-    )?;
+    let mut token_lines =
+        format!("{admin_token},{ADMIN_TOKEN_USER},{ADMIN_TOKEN_USER},\"system:masters\"\n");
+    if network.is_some() {
+        // The identities the Node authorizer and RBAC's bootstrap bindings
+        // know: a kubelet is system:node:NAME in system:nodes, kube-proxy is
+        // system:kube-proxy (bound to system:node-proxier).
+        token_lines += &format!(
+            "{kubelet_token},system:node:{NODE_NAME},system:node:{NODE_NAME},\"system:nodes\"\n{proxy_token},system:kube-proxy,system:kube-proxy\n"
+        );
+    }
+    write(&tokens, &token_lines)?;
 
     let etcd_port = free_port()?;
     let peer_port = free_port()?;
     let api_port = free_port()?;
-    let url = format!("https://127.0.0.1:{api_port}");
+    let url = format!("https://{api_host}:{api_port}");
     let kubeconfig = dir.join("kubeconfig");
     write(&kubeconfig, &kubeconfig_yaml(&url, &keys.ca, &admin_token))?;
 
@@ -577,23 +645,43 @@ fn start_in(bin: &Path, dir: &Path, options: &Options) -> Result<Cluster, Error>
             "--audit-log-mode=blocking".into(),
         ];
     }
+    let node_flags: Vec<String> = if network.is_some() {
+        vec![
+            // The `kubernetes` Service's endpoint: what pods reach through
+            // kube-proxy.
+            "--endpoint-reconciler-type=lease".into(),
+            "--authorization-mode=Node,RBAC".into(),
+            "--enable-admission-plugins=NodeRestriction".into(),
+            // No node-lifecycle controller runs to lift the not-ready taint
+            // this puts on a new node.
+            "--disable-admission-plugins=TaintNodesByCondition".into(),
+        ]
+    } else {
+        vec![
+            "--endpoint-reconciler-type=none".into(),
+            "--authorization-mode=RBAC".into(),
+            // No kubelet or node-lifecycle controller runs: the taint that
+            // TaintNodesByCondition puts on new nodes would never go, and no
+            // controller makes the `default` service account a pod needs.
+            "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition".into(),
+        ]
+    };
     components.push(Component::spawn(
         "kube-apiserver",
         &bin.join("kube-apiserver"),
         &[
             audit_flags,
             vec![format!("--etcd-servers={etcd_url}")],
+            node_flags,
             vec![
-                "--bind-address=127.0.0.1".into(),
+                format!("--bind-address={api_host}"),
                 // Without it the server looks for a default route, which a
                 // sandbox may not have, to pick the address it advertises.
-                "--advertise-address=127.0.0.1".into(),
-                "--endpoint-reconciler-type=none".into(),
+                format!("--advertise-address={api_host}"),
                 format!("--secure-port={api_port}"),
                 format!("--tls-cert-file={}", s(&keys.serving_cert)),
                 format!("--tls-private-key-file={}", s(&keys.serving_key)),
                 format!("--token-auth-file={}", s(&tokens)),
-                "--authorization-mode=RBAC".into(),
                 "--service-cluster-ip-range=10.96.0.0/16".into(),
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
                 format!(
@@ -604,10 +692,6 @@ fn start_in(bin: &Path, dir: &Path, options: &Options) -> Result<Cluster, Error>
                     "--service-account-signing-key-file={}",
                     s(&keys.service_account_private)
                 ),
-                // No kubelet or node-lifecycle controller runs: the taint that
-                // TaintNodesByCondition puts on new nodes would never go, and
-                // no controller makes the `default` service account a pod needs.
-                "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition".into(),
                 "--allow-privileged=true".into(),
                 "--profiling=false".into(),
                 "--v=1".into(),
@@ -628,6 +712,7 @@ fn start_in(bin: &Path, dir: &Path, options: &Options) -> Result<Cluster, Error>
         remove_dir: false,
         started_in: Duration::ZERO,
         audit: false,
+        node: Mutex::new(None),
     };
     cluster.wait(
         "kube-apiserver",
@@ -642,7 +727,7 @@ fn start_in(bin: &Path, dir: &Path, options: &Options) -> Result<Cluster, Error>
         },
     )?;
 
-    let controllers = [
+    let mut controllers = vec![
         "persistentvolume-binder-controller",
         "persistentvolume-protection-controller",
         "persistentvolumeclaim-protection-controller",
@@ -650,14 +735,28 @@ fn start_in(bin: &Path, dir: &Path, options: &Options) -> Result<Cluster, Error>
         "garbage-collector-controller",
         "namespace-controller",
     ];
-    let mut kcm_args = vec![
+    let mut kcm_args = vec![];
+    if network.is_some() {
+        // What a Deployment's pods need to run and reach the API server.
+        controllers.extend([
+            "deployment-controller",
+            "replicaset-controller",
+            "serviceaccount-controller",
+            "root-ca-certificate-publisher-controller",
+            "endpointslice-controller",
+            "endpointslice-mirroring-controller",
+            "pod-garbage-collector-controller",
+        ]);
+        kcm_args.push(format!("--root-ca-file={}", s(&keys.ca)));
+    }
+    kcm_args.extend([
         format!("--kubeconfig={}", s(&kubeconfig)),
         format!("--controllers={}", controllers.join(",")),
         "--use-service-account-credentials=false".into(),
         // No HTTPS endpoint: nothing scrapes it and it would need a port.
         "--secure-port=0".into(),
         "--v=2".into(),
-    ];
+    ]);
     if let Some(qps) = options.controller_manager_qps {
         kcm_args.push(format!("--kube-api-qps={qps}"));
         kcm_args.push(format!("--kube-api-burst={}", qps.saturating_mul(2)));
@@ -710,6 +809,36 @@ fn start_in(bin: &Path, dir: &Path, options: &Options) -> Result<Cluster, Error>
             },
         )?;
     }
+
+    if let (Some(network), Some(node_options)) = (network, &options.node) {
+        let access = node::Access {
+            url: &cluster.url,
+            ca: &keys.ca,
+            kubelet_token: &kubelet_token,
+            proxy_token: &proxy_token,
+        };
+        let node = node::Node::start(bin, dir, network, access, node_options)?;
+        *cluster.node.get_mut().unwrap() = Some(Box::new(node));
+        cluster.wait(
+            "kubelet",
+            options.ready_timeout,
+            &format!("Node {NODE_NAME} to be Ready"),
+            |c| {
+                Box::pin(async move {
+                    use k8s_openapi::api::core::v1::Node;
+                    let nodes: kube::Api<Node> = kube::Api::all(c);
+                    let Ok(Some(node)) = nodes.get_opt(NODE_NAME).await else {
+                        return false;
+                    };
+                    node.status
+                        .and_then(|s| s.conditions)
+                        .unwrap_or_default()
+                        .iter()
+                        .any(|c| c.type_ == "Ready" && c.status == "True")
+                })
+            },
+        )?;
+    }
     Ok(cluster)
 }
 
@@ -734,7 +863,15 @@ impl Cluster {
         let client = runtime.block_on(client_for(&kubeconfig))?;
         let deadline = Instant::now() + limit;
         loop {
-            for c in self.components.get_mut().unwrap().iter_mut() {
+            let node = self.node.get_mut().unwrap();
+            let node_components = node.iter_mut().flat_map(|n| n.components_mut().iter_mut());
+            for c in self
+                .components
+                .get_mut()
+                .unwrap()
+                .iter_mut()
+                .chain(node_components)
+            {
                 if let Some(status) = c.exited() {
                     return Err(Error::Exited {
                         component: c.name,

@@ -1,5 +1,6 @@
-//! `test-cluster`: starts the real control plane for a person, prints how
-//! to point kubectl and `wasmprov run` at it, and stops it on Ctrl-C.
+//! `test-cluster`: starts the real control plane (and with `--node` a real
+//! node) for a person, prints how to point kubectl and `wasmprov run` at it,
+//! and stops it on Ctrl-C.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -20,6 +21,14 @@ struct Args {
     /// before the scheduler tries again (VolumeBinding bindTimeoutSeconds)
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     bind_timeout: Duration,
+    /// Also start a node (containerd, kubelet, kube-proxy) that runs pods;
+    /// needs root, Debian's runc and containernetworking-plugins
+    #[arg(long)]
+    node: bool,
+    /// An OCI image tarball to load into the node (repeatable), e.g. what
+    /// `deploy/image/build.sh` makes; implies --node
+    #[arg(long = "image", value_name = "TARBALL")]
+    images: Vec<PathBuf>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -33,6 +42,9 @@ fn main() -> anyhow::Result<()> {
     let cluster = test_cluster::Cluster::start(test_cluster::Options {
         dir: Some(dir),
         bind_timeout: args.bind_timeout,
+        node: (args.node || !args.images.is_empty()).then(|| test_cluster::NodeOptions {
+            images: args.images.clone(),
+        }),
         ..Default::default()
     })?;
     let kubeconfig = cluster.kubeconfig_path().display();

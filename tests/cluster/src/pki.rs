@@ -1,6 +1,7 @@
 //! Keys and certificates made fresh for each cluster: a CA and the API
-//! server's serving certificate (for 127.0.0.1 and localhost), and the key
-//! pair that signs service-account tokens.
+//! server's serving certificate (for its address, 127.0.0.1, localhost and
+//! the `kubernetes` Service that pods reach it by), and the key pair that
+//! signs service-account tokens.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -27,7 +28,7 @@ fn failed(what: &str) -> impl FnOnce(rcgen::Error) -> Error + '_ {
     }
 }
 
-pub fn generate(dir: &Path) -> Result<Keys, Error> {
+pub fn generate(dir: &Path, api_host: std::net::Ipv4Addr) -> Result<Keys, Error> {
     let pki = dir.join("pki");
     std::fs::create_dir_all(&pki).map_err(crate::io(format!("create {}", pki.display())))?;
 
@@ -46,8 +47,20 @@ pub fn generate(dir: &Path) -> Result<Keys, Error> {
     let issuer = Issuer::new(ca_params, ca_key);
 
     let serving_key = KeyPair::generate().map_err(failed("serving key"))?;
-    let mut params = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
-        .map_err(failed("serving certificate"))?;
+    let mut names = vec![
+        "localhost".to_owned(),
+        "127.0.0.1".to_owned(),
+        // The first address of --service-cluster-ip-range, and its names.
+        "10.96.0.1".to_owned(),
+        "kubernetes".to_owned(),
+        "kubernetes.default".to_owned(),
+        "kubernetes.default.svc".to_owned(),
+        "kubernetes.default.svc.cluster.local".to_owned(),
+    ];
+    if !api_host.is_loopback() {
+        names.push(api_host.to_string());
+    }
+    let mut params = CertificateParams::new(names).map_err(failed("serving certificate"))?;
     params
         .distinguished_name
         .push(DnType::CommonName, "kube-apiserver");

@@ -50,6 +50,18 @@ impl Component {
         args: &[String],
         log: PathBuf,
     ) -> Result<Component, crate::Error> {
+        Self::spawn_with_path(name, binary, args, log, None)
+    }
+
+    /// [`Component::spawn`], with `path_first` ahead of `$PATH` (for a
+    /// component that finds its helpers there, as containerd its shims).
+    pub fn spawn_with_path(
+        name: &'static str,
+        binary: &Path,
+        args: &[String],
+        log: PathBuf,
+        path_first: Option<&Path>,
+    ) -> Result<Component, crate::Error> {
         let out = File::create(&log).map_err(|e| crate::Error::Io {
             what: format!("create {}", log.display()),
             source: e,
@@ -64,6 +76,13 @@ impl Component {
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err);
+        if let Some(dir) = path_first {
+            let path = std::env::var_os("PATH").unwrap_or_default();
+            let dirs = std::iter::once(dir.to_owned()).chain(std::env::split_paths(&path));
+            if let Ok(joined) = std::env::join_paths(dirs) {
+                command.env("PATH", joined);
+            }
+        }
         // SAFETY: prctl is async-signal-safe and touches no memory of ours.
         unsafe {
             command.pre_exec(|| {

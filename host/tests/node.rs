@@ -1,0 +1,529 @@
+//! wasmprov as users run it, on a real node: `kubectl apply --server-side
+//! -k deploy/` starts the provisioner Pods from the image built by
+//! `deploy/image/build.sh` (no container engine), with their ServiceAccount
+//! token and the plugin ConfigMap mounted by the kubelet; an app Pod writes
+//! to the volume they make; a plugin update arrives through the kubelet's
+//! `..data` swap; killing the leader's container in a burst of claims loses
+//! and leaks nothing.
+//!
+//! The node is test_cluster's (containerd, kubelet, kube-proxy, Debian's
+//! runc and CNI plugins): it needs root, as CI has. Its hostPath volumes are
+//! this machine's `/var/lib/wasmprov/hostpath`, as on any single node.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::api::{DeleteParams, ListParams};
+use kube::{Api, Client, ResourceExt};
+use support::{eventually_within, workspace_root};
+use test_cluster::{Cluster, NodeOptions, Options, NODE_NAME};
+
+/// The hostpath classes' hostRoot (deploy/storageclasses.yaml).
+const HOST_ROOT: &str = "/var/lib/wasmprov/hostpath";
+/// deploy/'s namespace.
+const NS: &str = "wasmprov";
+/// How long anything on the node may take: image unpacking, a container
+/// start and a kubelet sync on a loaded 2-core machine.
+const LIMIT: Duration = Duration::from_secs(180);
+
+/// Runs a command, panicking with its output when it fails; its stdout.
+fn run(command: &mut std::process::Command) -> String {
+    let out = command
+        .output()
+        .unwrap_or_else(|e| panic!("run {command:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{command:?} failed ({}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `deploy/image/build.sh ARGS…`: the OCI tarball it prints.
+fn image(args: &[&str]) -> PathBuf {
+    let out = run(std::process::Command::new("bash")
+        .arg(workspace_root().join("deploy/image/build.sh"))
+        .args(args)
+        .current_dir(workspace_root()));
+    PathBuf::from(out.trim())
+}
+
+/// The cluster with a node and deploy/ applied and available. One per test
+/// process; the tests take turns (`turn()`), as each watches the whole
+/// Deployment.
+fn deployed() -> &'static Cluster {
+    static CLUSTER: OnceLock<Cluster> = OnceLock::new();
+    CLUSTER.get_or_init(|| {
+        std::thread::spawn(|| {
+            let images = vec![image(&[]), image(&["--busybox"])];
+            let cluster = Cluster::start(Options {
+                node: Some(NodeOptions { images }),
+                ..Options::default()
+            })
+            .unwrap_or_else(|e| panic!("starting the cluster with a node: {e}"));
+            run(cluster
+                .kubectl()
+                .args(["apply", "--server-side", "-k"])
+                .arg(workspace_root().join("deploy")));
+            let status = cluster
+                .kubectl()
+                .args(["-n", NS, "rollout", "status", "deployment/wasmprov"])
+                .arg(format!("--timeout={}s", LIMIT.as_secs()))
+                .output()
+                .unwrap();
+            if !status.status.success() {
+                let pods = cluster
+                    .kubectl()
+                    .args(["-n", NS, "describe", "pods"])
+                    .output()
+                    .unwrap();
+                panic!(
+                    "deploy/'s Deployment did not become available: {}\n{}\nkubelet log: {}",
+                    String::from_utf8_lossy(&status.stderr),
+                    String::from_utf8_lossy(&pods.stdout),
+                    cluster.log_path("kubelet").display()
+                );
+            }
+            cluster
+        })
+        .join()
+        .expect("the setup thread panicked")
+    })
+}
+
+async fn turn() -> tokio::sync::MutexGuard<'static, ()> {
+    static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    TURN.lock().await
+}
+
+/// `kubectl apply --server-side -f -`, as a user runs it.
+fn apply(cluster: &Cluster, yaml: &str) {
+    apply_with(cluster, &[], yaml)
+}
+
+/// [`apply`] of objects that name no namespace into `ns`.
+fn apply_in(cluster: &Cluster, ns: &str, yaml: &str) {
+    apply_with(cluster, &["-n", ns], yaml)
+}
+
+fn apply_with(cluster: &Cluster, args: &[&str], yaml: &str) {
+    use std::io::Write;
+    let mut child = cluster
+        .kubectl()
+        .args(["apply", "--server-side", "--force-conflicts", "-f", "-"])
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(yaml.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl apply: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn namespace(name: &str) -> String {
+    format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {name}\n")
+}
+
+fn claim(ns: &str, name: &str, class: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: {name}\n  namespace: {ns}\nspec:\n  storageClassName: {class}\n  accessModes: [ReadWriteOnce]\n  resources:\n    requests:\n      storage: 1Mi\n"
+    )
+}
+
+/// A busybox Pod that writes `text` into `/data/hello` on the claim and
+/// stays up.
+fn writer_pod(ns: &str, name: &str, claim: &str, text: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: {ns}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+    - name: app
+      image: docker.io/library/busybox:1.37
+      command: [sh, -c, "echo {text} > /data/hello && exec sleep 3600"]
+      volumeMounts:
+        - name: data
+          mountPath: /data
+  volumes:
+    - name: data
+      persistentVolumeClaim:
+        claimName: {claim}
+"#
+    )
+}
+
+async fn bound_volume(client: &Client, ns: &str, claim: &str) -> PersistentVolume {
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    let volumes: Api<PersistentVolume> = Api::all(client.clone());
+    let name = eventually_within(LIMIT, &format!("claim {ns}/{claim} to be Bound"), || {
+        let claims = claims.clone();
+        async move {
+            let c = claims.get_opt(claim).await.ok().flatten()?;
+            (c.status?.phase.as_deref() == Some("Bound")).then_some(())?;
+            c.spec?.volume_name
+        }
+    })
+    .await;
+    volumes.get(&name).await.unwrap()
+}
+
+fn host_path(volume: &PersistentVolume) -> PathBuf {
+    let spec = volume.spec.as_ref().unwrap();
+    PathBuf::from(&spec.host_path.as_ref().expect("a hostPath volume").path)
+}
+
+async fn running(client: &Client, ns: &str, pod: &str) -> Pod {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    eventually_within(LIMIT, &format!("pod {ns}/{pod} to run"), || {
+        let pods = pods.clone();
+        async move {
+            let p = pods.get_opt(pod).await.ok().flatten()?;
+            (p.status.as_ref()?.phase.as_deref() == Some("Running")).then_some(p)
+        }
+    })
+    .await
+}
+
+/// Deletes the namespace's pods and claims; returns once their volumes
+/// and the volumes' directories are gone.
+async fn delete_all(client: &Client, ns: &str, dirs: &[PathBuf]) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    let volumes: Api<PersistentVolume> = Api::all(client.clone());
+    pods.delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await
+        .unwrap();
+    claims
+        .delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await
+        .unwrap();
+    eventually_within(LIMIT, &format!("the volumes of {ns} to be deleted"), || {
+        let volumes = volumes.clone();
+        async move {
+            let left = volumes.list(&ListParams::default()).await.ok()?;
+            left.items
+                .iter()
+                .all(|v| {
+                    v.spec
+                        .as_ref()
+                        .and_then(|s| s.claim_ref.as_ref())
+                        .and_then(|r| r.namespace.as_deref())
+                        != Some(ns)
+                })
+                .then_some(())
+        }
+    })
+    .await;
+    for dir in dirs {
+        assert!(
+            !dir.exists(),
+            "{} is left after its volume was deleted",
+            dir.display()
+        );
+    }
+}
+
+/// The volume directories under the hostpath root.
+fn volume_dirs() -> BTreeSet<String> {
+    std::fs::read_dir(HOST_ROOT)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("pvc-"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_app_pod_writes_to_a_volume_the_deployed_provisioner_made() {
+    let cluster = deployed();
+    let _turn = turn().await;
+    let client = cluster.client().await.unwrap();
+
+    // deploy/claim.yaml's sample claim.
+    let demo = bound_volume(&client, NS, "demo").await;
+    assert!(host_path(&demo).is_dir(), "{}", host_path(&demo).display());
+
+    let ns = "e2e-app";
+    apply(cluster, &namespace(ns));
+    apply(cluster, &claim(ns, "data", "hostpath"));
+    apply(
+        cluster,
+        &writer_pod(ns, "writer", "data", "hello-from-a-pod"),
+    );
+    let volume = bound_volume(&client, ns, "data").await;
+    running(&client, ns, "writer").await;
+    let file = host_path(&volume).join("hello");
+    assert!(
+        host_path(&volume).starts_with(HOST_ROOT),
+        "{}",
+        host_path(&volume).display()
+    );
+    let text = eventually_within(LIMIT, "the pod's file on the node", || {
+        let file = file.clone();
+        async move { std::fs::read_to_string(file).ok() }
+    })
+    .await;
+    assert_eq!(text.trim(), "hello-from-a-pod");
+
+    // WaitForFirstConsumer: provisioned for, and pinned to, the pod's node.
+    apply(cluster, &claim(ns, "local", "hostpath-local"));
+    apply(cluster, &writer_pod(ns, "local-writer", "local", "pinned"));
+    let local = bound_volume(&client, ns, "local").await;
+    let pod = running(&client, ns, "local-writer").await;
+    assert_eq!(pod.spec.unwrap().node_name.as_deref(), Some(NODE_NAME));
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    let selected = claims
+        .get("local")
+        .await
+        .unwrap()
+        .annotations()
+        .get("volume.kubernetes.io/selected-node")
+        .cloned();
+    assert_eq!(selected.as_deref(), Some(NODE_NAME));
+    let affinity = serde_json::to_string(&local.spec.as_ref().unwrap().node_affinity).unwrap();
+    assert!(affinity.contains(NODE_NAME), "node affinity {affinity}");
+    let local_file = host_path(&local).join("hello");
+    let text = eventually_within(LIMIT, "the pinned pod's file on the node", || {
+        let file = local_file.clone();
+        async move { std::fs::read_to_string(file).ok() }
+    })
+    .await;
+    assert_eq!(text.trim(), "pinned");
+
+    delete_all(&client, ns, &[host_path(&volume), host_path(&local)]).await;
+}
+
+/// `wasmprov_plugin_info`'s digest for hostpath, as one replica reports it
+/// (its /metrics through the API server's pod proxy).
+fn served_digest(cluster: &Cluster, pod: &str) -> Option<String> {
+    let out = cluster
+        .kubectl()
+        .args(["get", "--raw"])
+        .arg(format!(
+            "/api/v1/namespaces/{NS}/pods/{pod}:8080/proxy/metrics"
+        ))
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find(|l| l.starts_with("wasmprov_plugin_info{") && l.contains("plugin=\"hostpath\""))
+        .and_then(|l| l.split("digest=\"").nth(1))
+        .and_then(|rest| rest.split('"').next())
+        .map(str::to_owned)
+}
+
+async fn replicas(client: &Client) -> Vec<String> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    pods.list(&ListParams::default().labels("app.kubernetes.io/name=wasmprov"))
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .map(|p| p.name_any())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_plugin_update_reaches_the_pods_through_the_kubelet() {
+    let cluster = deployed();
+    let _turn = turn().await;
+    let client = cluster.client().await.unwrap();
+    let pods = replicas(&client).await;
+    assert_eq!(pods.len(), 2, "{pods:?}");
+
+    let wasm = std::fs::read(support::rust_plugin_path("hostpath")).unwrap();
+    let tag = format!("node-e2e-{}", std::process::id());
+    let next = support::variant(&wasm, &tag);
+    let next_digest = support::digest(&next);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("hostpath.wasm");
+    std::fs::write(&file, &next).unwrap();
+    let manifest = support::pack(Path::new(env!("CARGO_BIN_EXE_wasmprov")), &file, "hostpath");
+    for pod in &pods {
+        let digest = served_digest(cluster, pod);
+        assert!(digest.is_some(), "{pod} reports no hostpath version");
+        assert_ne!(digest.as_deref(), Some(next_digest.as_str()));
+    }
+
+    let ns = "e2e-reload";
+    apply(cluster, &namespace(ns));
+    let started = Instant::now();
+    apply_in(cluster, NS, &String::from_utf8(manifest).unwrap());
+    // Claims made while the update travels are served by one version or
+    // the other, never lost.
+    let mut n = 0;
+    let mut waiting: Vec<String> = pods.clone();
+    while !waiting.is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "{waiting:?} still serve the old version {:?} after the update",
+            started.elapsed()
+        );
+        apply(cluster, &claim(ns, &format!("during-{n}"), "hostpath"));
+        n += 1;
+        waiting.retain(|pod| served_digest(cluster, pod).as_deref() != Some(next_digest.as_str()));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    eprintln!(
+        "node e2e: both replicas served the new plugin version {:.0} s after kubectl apply",
+        started.elapsed().as_secs_f64()
+    );
+    let mut dirs = Vec::new();
+    for i in 0..n {
+        dirs.push(host_path(
+            &bound_volume(&client, ns, &format!("during-{i}")).await,
+        ));
+    }
+    delete_all(&client, ns, &dirs).await;
+
+    // Back to the shipped version.
+    run(cluster
+        .kubectl()
+        .args(["apply", "--server-side", "--force-conflicts", "-f"])
+        .arg(workspace_root().join("deploy/plugin-hostpath.yaml"))
+        .args(["-n", NS]));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn killing_the_leader_in_a_burst_of_claims_loses_and_leaks_nothing() {
+    let cluster = deployed();
+    let _turn = turn().await;
+    let client = cluster.client().await.unwrap();
+    let ns = "e2e-burst";
+    apply(cluster, &namespace(ns));
+    let before = volume_dirs();
+
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let leader = leases
+        .get("wasmprov.io-host")
+        .await
+        .unwrap()
+        .spec
+        .and_then(|s| s.holder_identity)
+        .expect("a replica holds the Lease");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let pod = pods.get(&leader).await.unwrap();
+    let status = pod.status.as_ref().unwrap();
+    let container = status
+        .container_statuses
+        .iter()
+        .flatten()
+        .find(|c| c.name == "wasmprov")
+        .unwrap();
+    let restarts = container.restart_count;
+    let id = container
+        .container_id
+        .as_deref()
+        .and_then(|id| id.strip_prefix("containerd://"))
+        .expect("a containerd container ID")
+        .to_owned();
+
+    const CLAIMS: usize = 30;
+    let all: String = (0..CLAIMS)
+        .map(|i| format!("---\n{}", claim(ns, &format!("burst-{i}"), "hostpath")))
+        .collect();
+    apply(cluster, &all);
+    // Kill it mid-burst: as soon as the first volume is bound.
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    eventually_within(LIMIT, "the burst's first volumes", || {
+        let claims = claims.clone();
+        async move {
+            let list = claims.list(&ListParams::default()).await.ok()?;
+            list.items
+                .iter()
+                .any(|c| {
+                    c.spec
+                        .as_ref()
+                        .and_then(|s| s.volume_name.as_ref())
+                        .is_some()
+                })
+                .then_some(())
+        }
+    })
+    .await;
+    run(cluster
+        .ctr()
+        .args(["tasks", "kill", "--signal", "SIGKILL", &id]));
+
+    let mut volumes = BTreeSet::new();
+    let mut dirs = Vec::new();
+    for i in 0..CLAIMS {
+        let v = bound_volume(&client, ns, &format!("burst-{i}")).await;
+        dirs.push(host_path(&v));
+        assert!(
+            volumes.insert(v.name_any()),
+            "two claims share {}",
+            v.name_any()
+        );
+    }
+    // The kubelet restarted the killed container.
+    eventually_within(LIMIT, "the killed container to be restarted", || {
+        let pods = pods.clone();
+        let leader = leader.clone();
+        async move {
+            let p = pods.get(&leader).await.ok()?;
+            let c = p
+                .status?
+                .container_statuses?
+                .into_iter()
+                .find(|c| c.name == "wasmprov")?;
+            (c.restart_count > restarts && c.ready).then_some(())
+        }
+    })
+    .await;
+    // One volume per claim, and one directory per volume: nothing made
+    // twice by the restarted or the standby replica.
+    let all_volumes: Api<PersistentVolume> = Api::all(client.clone());
+    let of_burst = all_volumes
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|v| {
+            v.spec
+                .as_ref()
+                .and_then(|s| s.claim_ref.as_ref())
+                .and_then(|r| r.namespace.as_deref())
+                == Some(ns)
+        })
+        .count();
+    assert_eq!(of_burst, CLAIMS, "volumes for {CLAIMS} claims");
+    let made: BTreeSet<String> = volume_dirs().difference(&before).cloned().collect();
+    let expected: BTreeSet<String> = dirs
+        .iter()
+        .map(|d| d.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(made, expected, "directories made for the burst");
+
+    delete_all(&client, ns, &dirs).await;
+    let left: BTreeSet<String> = volume_dirs().difference(&before).cloned().collect();
+    assert!(left.is_empty(), "directories leaked: {left:?}");
+}

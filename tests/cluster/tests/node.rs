@@ -1,0 +1,139 @@
+//! The real node: a pod runs from a locally loaded image with a hostPath
+//! volume, and stopping the cluster leaves nothing behind on the machine
+//! (no container, mount, cgroup or network interface).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use test_cluster::{Cluster, NodeOptions, Options, NODE_NAME};
+
+fn kubectl(cluster: &Cluster, args: &[&str]) -> String {
+    let out = cluster.kubectl().args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "waited {limit:?} for {what}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+fn mounts_below(dir: &Path) -> Vec<String> {
+    let dir = dir.display().to_string();
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter(|l| l.split(' ').nth(4).is_some_and(|p| p.starts_with(&dir)))
+        .map(str::to_owned)
+        .collect()
+}
+
+fn processes_naming(dir: &Path) -> Vec<String> {
+    let needle = dir.display().to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(&needle))
+        .collect()
+}
+
+#[test]
+fn a_pod_runs_on_the_node_and_stopping_leaves_nothing_behind() {
+    let cluster = Cluster::start(Options {
+        node: Some(NodeOptions::default()),
+        ..Options::default()
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    let dir = cluster.dir().to_owned();
+    // https://ADDRESS:PORT: the machine's end of the node's link.
+    let link_ip = cluster
+        .url()
+        .rsplit_once(':')
+        .unwrap()
+        .0
+        .trim_start_matches("https://")
+        .to_owned();
+    let cgroup = format!("wasmprov-{}", dir.file_name().unwrap().to_string_lossy());
+
+    let host_dir = tempfile::tempdir().unwrap();
+    let pod = format!(
+        r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"sleeper","namespace":"default"}},
+            "spec":{{"containers":[{{"name":"pause","image":"localhost/wasmprov-test/pause:1",
+              "imagePullPolicy":"Never","volumeMounts":[{{"name":"data","mountPath":"/data"}}]}}],
+            "volumes":[{{"name":"data","hostPath":{{"path":"{}"}}}}]}}}}"#,
+        host_dir.path().display()
+    );
+    let mut apply = cluster.kubectl();
+    apply
+        .args(["apply", "-f", "-"])
+        .stdin(std::process::Stdio::piped());
+    let mut child = apply.spawn().unwrap();
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), pod.as_bytes()).unwrap();
+    assert!(child.wait().unwrap().success());
+
+    wait_for("the pod to run", Duration::from_secs(120), || {
+        kubectl(
+            &cluster,
+            &["get", "pod", "sleeper", "-o", "jsonpath={.status.phase}"],
+        ) == "Running"
+    });
+    assert_eq!(
+        kubectl(
+            &cluster,
+            &["get", "pod", "sleeper", "-o", "jsonpath={.spec.nodeName}"]
+        ),
+        NODE_NAME
+    );
+    let ip = kubectl(
+        &cluster,
+        &["get", "pod", "sleeper", "-o", "jsonpath={.status.podIP}"],
+    );
+    assert!(ip.starts_with("10.244."), "pod IP {ip}");
+    let tasks =
+        String::from_utf8(cluster.ctr().args(["tasks", "ls"]).output().unwrap().stdout).unwrap();
+    assert!(tasks.contains("RUNNING"), "ctr tasks ls:\n{tasks}");
+    assert!(!mounts_below(&dir).is_empty(), "a running pod has mounts");
+    assert!(
+        Path::new("/sys/fs/cgroup/pids").join(&cgroup).exists()
+            || Path::new("/sys/fs/cgroup").join(&cgroup).exists(),
+        "the node's cgroup tree"
+    );
+
+    drop(cluster);
+    assert_eq!(mounts_below(&dir), Vec::<String>::new(), "mounts left");
+    assert_eq!(
+        processes_naming(&dir),
+        Vec::<String>::new(),
+        "processes left"
+    );
+    let cgroups: Vec<_> = std::fs::read_dir("/sys/fs/cgroup")
+        .unwrap()
+        .flatten()
+        .map(|h| h.path().join(&cgroup))
+        .filter(|p| p.exists())
+        .collect();
+    assert!(cgroups.is_empty(), "cgroups left: {cgroups:?}");
+    assert!(!dir.exists(), "{} left", dir.display());
+    let addrs = std::process::Command::new("ip")
+        .args(["-o", "addr"])
+        .output()
+        .unwrap();
+    let addrs = String::from_utf8_lossy(&addrs.stdout);
+    assert!(
+        !addrs.contains(&format!("{link_ip}/")),
+        "the node's link is left:\n{addrs}"
+    );
+    assert!(
+        host_dir.path().exists(),
+        "the hostPath directory itself is untouched"
+    );
+}
