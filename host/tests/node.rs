@@ -14,129 +14,32 @@ mod support;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{DeleteParams, ListParams};
 use kube::{Api, Client, ResourceExt};
+use support::node::{apply, apply_in, not_serving, replicas, run, served_digest, LIMIT, NS};
 use support::{eventually_within, workspace_root};
-use test_cluster::{Cluster, NodeOptions, Options, NODE_NAME};
+use test_cluster::{Cluster, NODE_NAME};
 
 /// The hostpath classes' hostRoot (deploy/storageclasses.yaml).
 const HOST_ROOT: &str = "/var/lib/wasmprov/hostpath";
-/// deploy/'s namespace.
-const NS: &str = "wasmprov";
-/// How long anything on the node may take: image unpacking, a container
-/// start and a kubelet sync on a loaded 2-core machine.
-const LIMIT: Duration = Duration::from_secs(180);
 
-/// Runs a command, panicking with its output when it fails; its stdout.
-fn run(command: &mut std::process::Command) -> String {
-    let out = command
-        .output()
-        .unwrap_or_else(|e| panic!("run {command:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{command:?} failed ({}):\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// `deploy/image/build.sh ARGS…`: the OCI tarball it prints.
-fn image(args: &[&str]) -> PathBuf {
-    let out = run(std::process::Command::new("bash")
-        .arg(workspace_root().join("deploy/image/build.sh"))
-        .args(args)
-        .current_dir(workspace_root()));
-    PathBuf::from(out.trim())
-}
-
-/// The cluster with a node and deploy/ applied and available. One per test
-/// process; the tests take turns (`turn()`), as each watches the whole
-/// Deployment.
-fn deployed() -> &'static Cluster {
-    static CLUSTER: OnceLock<Cluster> = OnceLock::new();
-    CLUSTER.get_or_init(|| {
-        std::thread::spawn(|| {
-            let images = vec![image(&[]), image(&["--busybox"])];
-            let cluster = Cluster::start(Options {
-                node: Some(NodeOptions { images }),
-                ..Options::default()
-            })
-            .unwrap_or_else(|e| panic!("starting the cluster with a node: {e}"));
-            run(cluster
-                .kubectl()
-                .args(["apply", "--server-side", "-k"])
-                .arg(workspace_root().join("deploy")));
-            let status = cluster
-                .kubectl()
-                .args(["-n", NS, "rollout", "status", "deployment/wasmprov"])
-                .arg(format!("--timeout={}s", LIMIT.as_secs()))
-                .output()
-                .unwrap();
-            if !status.status.success() {
-                let pods = cluster
-                    .kubectl()
-                    .args(["-n", NS, "describe", "pods"])
-                    .output()
-                    .unwrap();
-                panic!(
-                    "deploy/'s Deployment did not become available: {}\n{}\nkubelet log: {}",
-                    String::from_utf8_lossy(&status.stderr),
-                    String::from_utf8_lossy(&pods.stdout),
-                    cluster.log_path("kubelet").display()
-                );
-            }
-            cluster
-        })
-        .join()
-        .expect("the setup thread panicked")
-    })
-}
-
-async fn turn() -> tokio::sync::MutexGuard<'static, ()> {
-    static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-    TURN.lock().await
-}
-
-/// `kubectl apply --server-side -f -`, as a user runs it.
-fn apply(cluster: &Cluster, yaml: &str) {
-    apply_with(cluster, &[], yaml)
-}
-
-/// [`apply`] of objects that name no namespace into `ns`.
-fn apply_in(cluster: &Cluster, ns: &str, yaml: &str) {
-    apply_with(cluster, &["-n", ns], yaml)
-}
-
-fn apply_with(cluster: &Cluster, args: &[&str], yaml: &str) {
-    use std::io::Write;
-    let mut child = cluster
-        .kubectl()
-        .args(["apply", "--server-side", "--force-conflicts", "-f", "-"])
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(yaml.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl apply: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+/// One cluster, deploy/ applied once, the scenarios in turn (each watches
+/// the whole Deployment). The cluster is dropped at the end, even when a
+/// scenario fails: its node's containers and mounts must not outlive the
+/// test (a static would never be dropped).
+#[tokio::test(flavor = "multi_thread")]
+async fn deploy_runs_on_a_real_node() {
+    let cluster =
+        tokio::task::spawn_blocking(|| support::node::deploy(&workspace_root().join("deploy")))
+            .await
+            .expect("deploying on a real node");
+    an_app_pod_writes_to_a_volume_the_deployed_provisioner_made(&cluster).await;
+    a_plugin_update_reaches_the_pods_through_the_kubelet(&cluster).await;
+    killing_the_leader_in_a_burst_of_claims_loses_and_leaks_nothing(&cluster).await;
 }
 
 fn namespace(name: &str) -> String {
@@ -226,13 +129,7 @@ async fn delete_all(client: &Client, ns: &str, dirs: &[PathBuf]) {
             let left = volumes.list(&ListParams::default()).await.ok()?;
             left.items
                 .iter()
-                .all(|v| {
-                    v.spec
-                        .as_ref()
-                        .and_then(|s| s.claim_ref.as_ref())
-                        .and_then(|r| r.namespace.as_deref())
-                        != Some(ns)
-                })
+                .all(|v| claim_namespace(v) != Some(ns))
                 .then_some(())
         }
     })
@@ -244,6 +141,17 @@ async fn delete_all(client: &Client, ns: &str, dirs: &[PathBuf]) {
             dir.display()
         );
     }
+}
+
+/// The namespace of the claim a volume is for.
+fn claim_namespace(volume: &PersistentVolume) -> Option<&str> {
+    volume
+        .spec
+        .as_ref()?
+        .claim_ref
+        .as_ref()?
+        .namespace
+        .as_deref()
 }
 
 /// The volume directories under the hostpath root.
@@ -259,10 +167,7 @@ fn volume_dirs() -> BTreeSet<String> {
         .unwrap_or_default()
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn an_app_pod_writes_to_a_volume_the_deployed_provisioner_made() {
-    let cluster = deployed();
-    let _turn = turn().await;
+async fn an_app_pod_writes_to_a_volume_the_deployed_provisioner_made(cluster: &Cluster) {
     let client = cluster.client().await.unwrap();
 
     // deploy/claim.yaml's sample claim.
@@ -319,41 +224,7 @@ async fn an_app_pod_writes_to_a_volume_the_deployed_provisioner_made() {
     delete_all(&client, ns, &[host_path(&volume), host_path(&local)]).await;
 }
 
-/// `wasmprov_plugin_info`'s digest for hostpath, as one replica reports it
-/// (its /metrics through the API server's pod proxy).
-fn served_digest(cluster: &Cluster, pod: &str) -> Option<String> {
-    let out = cluster
-        .kubectl()
-        .args(["get", "--raw"])
-        .arg(format!(
-            "/api/v1/namespaces/{NS}/pods/{pod}:8080/proxy/metrics"
-        ))
-        .output()
-        .ok()?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.lines()
-        .find(|l| l.starts_with("wasmprov_plugin_info{") && l.contains("plugin=\"hostpath\""))
-        .and_then(|l| l.split("digest=\"").nth(1))
-        .and_then(|rest| rest.split('"').next())
-        .map(str::to_owned)
-}
-
-async fn replicas(client: &Client) -> Vec<String> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    pods.list(&ListParams::default().labels("app.kubernetes.io/name=wasmprov"))
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .map(|p| p.name_any())
-        .collect()
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn a_plugin_update_reaches_the_pods_through_the_kubelet() {
-    let cluster = deployed();
-    let _turn = turn().await;
+async fn a_plugin_update_reaches_the_pods_through_the_kubelet(cluster: &Cluster) {
     let client = cluster.client().await.unwrap();
     let pods = replicas(&client).await;
     assert_eq!(pods.len(), 2, "{pods:?}");
@@ -367,7 +238,7 @@ async fn a_plugin_update_reaches_the_pods_through_the_kubelet() {
     std::fs::write(&file, &next).unwrap();
     let manifest = support::pack(Path::new(env!("CARGO_BIN_EXE_wasmprov")), &file, "hostpath");
     for pod in &pods {
-        let digest = served_digest(cluster, pod);
+        let digest = served_digest(&client, pod).await;
         assert!(digest.is_some(), "{pod} reports no hostpath version");
         assert_ne!(digest.as_deref(), Some(next_digest.as_str()));
     }
@@ -388,7 +259,7 @@ async fn a_plugin_update_reaches_the_pods_through_the_kubelet() {
         );
         apply(cluster, &claim(ns, &format!("during-{n}"), "hostpath"));
         n += 1;
-        waiting.retain(|pod| served_digest(cluster, pod).as_deref() != Some(next_digest.as_str()));
+        waiting = not_serving(&client, &waiting, &next_digest).await;
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
     eprintln!(
@@ -411,10 +282,7 @@ async fn a_plugin_update_reaches_the_pods_through_the_kubelet() {
         .args(["-n", NS]));
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn killing_the_leader_in_a_burst_of_claims_loses_and_leaks_nothing() {
-    let cluster = deployed();
-    let _turn = turn().await;
+async fn killing_the_leader_in_a_burst_of_claims_loses_and_leaks_nothing(cluster: &Cluster) {
     let client = cluster.client().await.unwrap();
     let ns = "e2e-burst";
     apply(cluster, &namespace(ns));
@@ -450,27 +318,29 @@ async fn killing_the_leader_in_a_burst_of_claims_loses_and_leaks_nothing() {
         .map(|i| format!("---\n{}", claim(ns, &format!("burst-{i}"), "hostpath")))
         .collect();
     apply(cluster, &all);
-    // Kill it mid-burst: as soon as the first volume is bound.
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
-    eventually_within(LIMIT, "the burst's first volumes", || {
-        let claims = claims.clone();
+    // Kill it mid-burst: as soon as it has made the first volume.
+    let all_volumes: Api<PersistentVolume> = Api::all(client.clone());
+    let made_before_kill = eventually_within(LIMIT, "the burst's first volume", || {
+        let volumes = all_volumes.clone();
         async move {
-            let list = claims.list(&ListParams::default()).await.ok()?;
-            list.items
+            let list = volumes.list(&ListParams::default()).await.ok()?;
+            let n = list
+                .items
                 .iter()
-                .any(|c| {
-                    c.spec
-                        .as_ref()
-                        .and_then(|s| s.volume_name.as_ref())
-                        .is_some()
-                })
-                .then_some(())
+                .filter(|v| claim_namespace(v) == Some(ns))
+                .count();
+            (n > 0).then_some(n)
         }
     })
     .await;
     run(cluster
         .ctr()
         .args(["tasks", "kill", "--signal", "SIGKILL", &id]));
+    assert!(
+        made_before_kill < CLAIMS,
+        "all {CLAIMS} volumes were made before the kill: make the burst larger"
+    );
+    eprintln!("node e2e: killed the leader after {made_before_kill} of {CLAIMS} volumes");
 
     let mut volumes = BTreeSet::new();
     let mut dirs = Vec::new();
@@ -500,20 +370,13 @@ async fn killing_the_leader_in_a_burst_of_claims_loses_and_leaks_nothing() {
     .await;
     // One volume per claim, and one directory per volume: nothing made
     // twice by the restarted or the standby replica.
-    let all_volumes: Api<PersistentVolume> = Api::all(client.clone());
     let of_burst = all_volumes
         .list(&ListParams::default())
         .await
         .unwrap()
         .items
         .into_iter()
-        .filter(|v| {
-            v.spec
-                .as_ref()
-                .and_then(|s| s.claim_ref.as_ref())
-                .and_then(|r| r.namespace.as_deref())
-                == Some(ns)
-        })
+        .filter(|v| claim_namespace(v) == Some(ns))
         .count();
     assert_eq!(of_burst, CLAIMS, "volumes for {CLAIMS} claims");
     let made: BTreeSet<String> = volume_dirs().difference(&before).cloned().collect();

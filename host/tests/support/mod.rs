@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 pub mod kubelet;
+pub mod node;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -234,7 +234,12 @@ impl Cluster {
             None => binaries()?,
         };
         let (dir, remove_dir) = match &options.dir {
-            Some(dir) => (dir.clone(), false),
+            Some(dir) => {
+                // What an earlier cluster here left if its process was
+                // killed: its containers, shims and mounts.
+                node::sweep(dir);
+                (dir.clone(), false)
+            }
             None => (fresh_run_dir()?, true),
         };
         let mut attempt = 0;

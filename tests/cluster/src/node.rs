@@ -645,7 +645,24 @@ pub(crate) fn sweep(dir: &Path) {
     unmount_below(dir);
 }
 
-/// SIGKILLs every process (but this one) whose command line contains `dir`.
+/// The programs a cluster runs: the only processes [`sweep`] may kill (a
+/// person's `less …/logs/kubelet.log` names the directory too).
+const OURS: &[&str] = &[
+    "containerd-shim-runc-v2",
+    "containerd",
+    "kubelet",
+    "kube-proxy",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "etcd",
+    "nsenter",
+    "unshare",
+    "pause",
+];
+
+/// SIGKILLs every process (but this one) running one of [`OURS`] whose
+/// command line contains `dir`.
 fn kill_processes_naming(dir: &Path) {
     let needle = dir.as_os_str().as_encoded_bytes();
     let me = std::process::id().to_string();
@@ -660,7 +677,10 @@ fn kill_processes_naming(dir: &Path) {
         let Ok(cmdline) = std::fs::read(e.path().join("cmdline")) else {
             continue;
         };
-        if cmdline.windows(needle.len()).any(|w| w == needle) {
+        let program = cmdline.split(|b| *b == 0).next().unwrap_or_default();
+        let program = program.rsplit(|b| *b == b'/').next().unwrap_or_default();
+        let ours = OURS.iter().any(|o| o.as_bytes() == program);
+        if ours && cmdline.windows(needle.len()).any(|w| w == needle) {
             if let Ok(pid) = name.parse::<i32>() {
                 // SAFETY: kill(2) on a process that names our run directory.
                 unsafe {
