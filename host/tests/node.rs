@@ -37,6 +37,7 @@ async fn deploy_runs_on_a_real_node() {
         tokio::task::spawn_blocking(|| support::node::deploy(&workspace_root().join("deploy")))
             .await
             .expect("deploying on a real node");
+    the_replicas_run_from_the_image_as_the_containerfile_says(&cluster).await;
     an_app_pod_writes_to_a_volume_the_deployed_provisioner_made(&cluster).await;
     a_plugin_update_reaches_the_pods_through_the_kubelet(&cluster).await;
     killing_the_leader_in_a_burst_of_claims_loses_and_leaks_nothing(&cluster).await;
@@ -165,6 +166,53 @@ fn volume_dirs() -> BTreeSet<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// The `wasmprov` container of a replica: its status.
+async fn host_container(client: &Client, pod: &str) -> k8s_openapi::api::core::v1::ContainerStatus {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let pod = pods.get(pod).await.unwrap();
+    pod.status
+        .and_then(|s| s.container_statuses)
+        .into_iter()
+        .flatten()
+        .find(|c| c.name == "wasmprov")
+        .expect("a wasmprov container status")
+}
+
+/// Both replicas ready and never restarted (probes pass), from the image
+/// deploy/image/build.sh made, their process running as 65532 on the node.
+async fn the_replicas_run_from_the_image_as_the_containerfile_says(cluster: &Cluster) {
+    let client = cluster.client().await.unwrap();
+    let pods = replicas(&client).await;
+    assert_eq!(pods.len(), 2, "{pods:?}");
+    let tasks = run(cluster.ctr().args(["tasks", "ls"]));
+    for pod in &pods {
+        let c = host_container(&client, pod).await;
+        assert!(c.ready, "{pod} is not ready: {c:?}");
+        assert_eq!(c.restart_count, 0, "{pod} restarted: {c:?}");
+        assert_eq!(
+            c.image,
+            concat!("ghcr.io/wasmprov/wasmprov:", env!("CARGO_PKG_VERSION"))
+        );
+        let id = c
+            .container_id
+            .as_deref()
+            .unwrap()
+            .trim_start_matches("containerd://");
+        let pid = tasks
+            .lines()
+            .find(|l| l.starts_with(id))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .unwrap_or_else(|| panic!("{pod}'s container {id} in `ctr tasks ls`:\n{tasks}"));
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let uid = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+        assert_eq!(
+            uid.split_whitespace().nth(1),
+            Some("65532"),
+            "{pod}'s host process: {uid}"
+        );
+    }
 }
 
 async fn an_app_pod_writes_to_a_volume_the_deployed_provisioner_made(cluster: &Cluster) {
@@ -296,15 +344,7 @@ async fn killing_the_leader_in_a_burst_of_claims_loses_and_leaks_nothing(cluster
         .spec
         .and_then(|s| s.holder_identity)
         .expect("a replica holds the Lease");
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    let pod = pods.get(&leader).await.unwrap();
-    let status = pod.status.as_ref().unwrap();
-    let container = status
-        .container_statuses
-        .iter()
-        .flatten()
-        .find(|c| c.name == "wasmprov")
-        .unwrap();
+    let container = host_container(&client, &leader).await;
     let restarts = container.restart_count;
     let id = container
         .container_id
@@ -355,15 +395,10 @@ async fn killing_the_leader_in_a_burst_of_claims_loses_and_leaks_nothing(cluster
     }
     // The kubelet restarted the killed container.
     eventually_within(LIMIT, "the killed container to be restarted", || {
-        let pods = pods.clone();
+        let client = client.clone();
         let leader = leader.clone();
         async move {
-            let p = pods.get(&leader).await.ok()?;
-            let c = p
-                .status?
-                .container_statuses?
-                .into_iter()
-                .find(|c| c.name == "wasmprov")?;
+            let c = host_container(&client, &leader).await;
             (c.restart_count > restarts && c.ready).then_some(())
         }
     })
