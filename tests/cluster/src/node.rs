@@ -87,6 +87,8 @@ impl Network {
             std::thread::sleep(Duration::from_millis(10));
         }
 
+        // Two nodes starting at once would pick the same addresses.
+        let _lock = lock_file(&std::env::temp_dir().join("wasmprov-test-node-network.lock"))?;
         let subnet = free_link_subnet()?;
         let host_ip = Ipv4Addr::new(10, 201, subnet, 1);
         let node_ip = Ipv4Addr::new(10, 201, subnet, 2);
@@ -183,6 +185,24 @@ impl Drop for Network {
     fn drop(&mut self) {
         self.remove();
     }
+}
+
+/// An exclusive lock on `path` (flock), held until the file is dropped.
+fn lock_file(path: &Path) -> Result<std::fs::File, Error> {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(io(format!("open {}", path.display())))?;
+    // SAFETY: flock(2) on a descriptor we own.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        return Err(io(format!("lock {}", path.display()))(
+            std::io::Error::last_os_error(),
+        ));
+    }
+    Ok(file)
 }
 
 /// N such that neither 10.201.N.0/30 (the link) nor 10.244.N.0/24 (the
@@ -640,9 +660,16 @@ fn walk_dirs(dir: &Path) -> Vec<PathBuf> {
 /// containers, and every mount under the directory. Safe on a directory
 /// that never held a node.
 pub(crate) fn sweep(dir: &Path) {
+    let dir = &canonical(dir);
     kill_cgroup(&cgroup_root(dir));
     kill_processes_naming(dir);
     unmount_below(dir);
+}
+
+/// The path as mount points and command lines spell it (no `..`, no
+/// links); `dir` itself if it does not exist.
+fn canonical(dir: &Path) -> PathBuf {
+    dir.canonicalize().unwrap_or_else(|_| dir.to_owned())
 }
 
 /// The programs a cluster runs: the only processes [`sweep`] may kill (a
@@ -741,7 +768,7 @@ fn unescape_mount_point(raw: &str) -> String {
 /// Whether anything is still mounted at or below `dir` (a removal must
 /// not start while something is).
 pub(crate) fn has_mounts_below(dir: &Path) -> bool {
-    let dir = dir.display().to_string();
+    let dir = canonical(dir).display().to_string();
     std::fs::read_to_string("/proc/self/mountinfo")
         .unwrap_or_default()
         .lines()

@@ -137,3 +137,75 @@ fn a_pod_runs_on_the_node_and_stopping_leaves_nothing_behind() {
         "the hostPath directory itself is untouched"
     );
 }
+
+/// A cluster whose process was killed leaves its pods' containers and
+/// mounts behind (containerd's shims detach); the next start in the same
+/// directory removes them.
+#[test]
+fn a_killed_clusters_containers_are_swept_by_the_next_start() {
+    let dir = test_cluster::target_dir().join("test-clusters/killed-node");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let dir = dir.canonicalize().unwrap();
+    let mut person = std::process::Command::new(env!("CARGO_BIN_EXE_test-cluster"))
+        .arg("--node")
+        .arg("--dir")
+        .arg(&dir)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut ready = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(person.stdout.as_mut().unwrap()),
+        &mut ready,
+    )
+    .unwrap();
+    assert!(ready.contains("ready"), "test-cluster said {ready:?}");
+    let kubectl = |args: &[&str]| {
+        let out = std::process::Command::new(test_cluster::binaries().unwrap().join("kubectl"))
+            .arg("--kubeconfig")
+            .arg(dir.join("kubeconfig"))
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    kubectl(&[
+        "run",
+        "left-behind",
+        "--image=localhost/wasmprov-test/pause:1",
+        "--image-pull-policy=Never",
+    ]);
+    wait_for("the pod to run", Duration::from_secs(120), || {
+        kubectl(&[
+            "get",
+            "pod",
+            "left-behind",
+            "-o",
+            "jsonpath={.status.phase}",
+        ]) == "Running"
+    });
+    person.kill().unwrap();
+    person.wait().unwrap();
+    // Its processes die with it; the shims and their containers do not.
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(!processes_naming(&dir).is_empty(), "the shims outlive it");
+    assert!(
+        !mounts_below(&dir).is_empty(),
+        "the pod's mounts outlive it"
+    );
+
+    let cluster = Cluster::start(Options {
+        dir: Some(dir.clone()),
+        ..Options::default()
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    let shims: Vec<String> = processes_naming(&dir)
+        .into_iter()
+        .filter(|p| p.contains("containerd-shim"))
+        .collect();
+    assert_eq!(shims, Vec::<String>::new(), "shims left");
+    assert_eq!(mounts_below(&dir), Vec::<String>::new(), "mounts left");
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&dir);
+}
