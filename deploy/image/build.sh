@@ -38,8 +38,9 @@ trap 'rm -rf "$rootfs"' EXIT
 
 if [[ $what == busybox ]]; then
     busybox=/bin/busybox
-    [[ -x $busybox ]] && "$busybox" --list >/dev/null 2>&1 \
-        || fail "no $busybox: install Debian's busybox-static (apt-get install busybox-static)"
+    if ! [[ -x $busybox ]] || ! "$busybox" --list >/dev/null 2>&1; then
+        fail "no $busybox: install Debian's busybox-static (apt-get install busybox-static)"
+    fi
     ! ldd "$busybox" >/dev/null 2>&1 \
         || fail "$busybox is not static: install busybox-static, not busybox"
     mkdir -p "$rootfs/bin" "$rootfs/tmp"

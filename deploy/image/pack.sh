@@ -19,7 +19,7 @@ set -euo pipefail
 say() { echo "pack: $*" >&2; }
 fail() { say "error: $*"; exit 1; }
 
-rootfs= name= out= entrypoint=null cmd=null user= expose=
+rootfs='' name='' out='' entrypoint=null cmd=null user='' expose=''
 envs=() owned=()
 while [[ $# -gt 0 ]]; do
     case $1 in
@@ -52,6 +52,7 @@ json_string() { local s=${1//\\/\\\\}; printf '"%s"' "${s//\"/\\\"}"; }
 
 # The layer: everything as 0:0, then the --owned-by paths again with their
 # owners (a later entry for the same path wins when unpacked).
+# shellcheck disable=SC2054 # the commas are pax-option's own
 tar_flags=(--sort=name --mtime="@$epoch" --numeric-owner --format=posix
     --pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime)
 tar "${tar_flags[@]}" --owner=0 --group=0 -cf "$work/layer.tar" -C "$rootfs" .
