@@ -737,6 +737,40 @@ fn run_refuses_save_retries_that_would_never_save_or_hammer_the_api() {
 }
 
 #[test]
+fn run_refuses_retry_intervals_that_make_no_sense() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().display().to_string();
+    for (flag, value, want) in [
+        ("--retry-interval-start", "0s", "must be above zero"),
+        ("--retry-interval-max", "soon", "\"soon\" is not a duration"),
+    ] {
+        let out = wasmprov(&["run", "--plugins-dir", &plugins, flag, value]);
+        assert!(!out.status.success(), "{flag}={value} accepted");
+        let err = stderr(&out);
+        assert!(
+            err.contains(&format!("invalid value '{value}' for '{flag}")) && err.contains(want),
+            "{flag}={value}: {err}"
+        );
+    }
+    let out = wasmprov(&[
+        "run",
+        "--plugins-dir",
+        &plugins,
+        "--retry-interval-start",
+        "1m",
+        "--retry-interval-max",
+        "30s",
+    ]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("--retry-interval-max (30s) is less than --retry-interval-start (1m)")
+            && err.contains("raise --retry-interval-max"),
+        "{err}"
+    );
+}
+
+#[test]
 fn run_refuses_an_adoption_of_volumes_it_would_never_own() {
     let dir = tempfile::tempdir().unwrap();
     let plugins = dir.path().display().to_string();

@@ -72,6 +72,7 @@ on_both_servers!(
     a_plugin_that_cannot_grow_volumes_marks_the_expansion_infeasible,
     an_infeasible_expansion_recovers_when_the_claim_asks_for_less,
     a_volume_is_never_shrunk,
+    the_retry_interval_flags_pace_a_failing_claim,
 );
 
 /// A cluster (real or simulated, with one node) with a wasmprov host
@@ -1533,11 +1534,14 @@ impl HostProcess {
             &policy,
             format!(
                 "plugins:\n  hostpath:\n    preopens: [{{host: {dir}, guest: /volumes, mode: read-write}}]\n    \
-                 output: {{sources: [hostPath], paths: [{dir}]}}\n",
+                 output: {{sources: [hostPath], paths: [{dir}]}}\n  \
+                 misbehave:\n    preopens: [{{host: {dir}, guest: /data, mode: read-write}}, {OK_PREOPEN}]\n    \
+                 output: {MISBEHAVE_OUTPUT}\n",
                 dir = c.volumes_dir.path().display()
             ),
         )
         .unwrap();
+        ok_preopen();
         let log = work.join(format!("{name}.log"));
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_wasmprov"))
             .arg("run")
@@ -1766,7 +1770,7 @@ async fn a_standby_process_takes_over_when_the_leader_process_is_killed(server: 
 
 /// With `--claim-finalizer` each attempt patches the claim twice (the
 /// finalizer on, then off), and each patch is a watch event. Those must not
-/// cut the backoff short: at the default backoff (1 s, doubling) a failing
+/// cut the backoff short: at a backoff of 1 s, doubling, a failing
 /// claim is tried at 0, 1 and 3 s, so at most 3 times in its first 6 s; an
 /// invalid-argument claim is retried slowly (5 minutes), so once.
 async fn the_hosts_own_claim_writes_do_not_cut_a_backoff_short(server: Server) {
@@ -1776,9 +1780,8 @@ async fn the_hosts_own_claim_writes_do_not_cut_a_backoff_short(server: Server) {
         &[("failing", misbehaving.clone()), ("invalid", misbehaving)],
         |config| {
             config.claim_finalizer = true;
-            let defaults = lifecycle::Config::new(PROVISIONER);
-            config.retry_base = defaults.retry_base;
-            config.max_retry = defaults.max_retry;
+            config.retry_base = Duration::from_secs(1);
+            config.max_retry = Duration::from_secs(300);
         },
     )
     .await;
@@ -2148,12 +2151,11 @@ async fn a_claim_waiting_for_its_plugin_is_provisioned_when_the_plugin_loads(ser
 /// new): the claim deleted then has that storage removed once it exists.
 /// The Go library keeps such a claim in progress too.
 async fn a_claim_deleted_after_no_change_still_has_its_storage_removed(server: Server) {
-    // The default backoff (1 s, 2 s, …): the claim is deleted well before
+    // A backoff of 1 s, 2 s, …: the claim is deleted well before
     // its own controller could see the backend finish.
     let c = Cluster::start_with(server, &[misbehave()], |config| {
-        let defaults = lifecycle::Config::new(PROVISIONER);
-        config.retry_base = defaults.retry_base;
-        config.max_retry = defaults.max_retry;
+        config.retry_base = Duration::from_secs(1);
+        config.max_retry = Duration::from_secs(300);
     })
     .await;
     c.class(
@@ -2297,9 +2299,8 @@ async fn saving_a_volume_is_retried_save_attempts_times_save_retry_interval_apar
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_in_progress_costs_few_requests_and_plugin_calls() {
     let mut c = Cluster::start_with(Server::Simulated, &[misbehave()], |config| {
-        let defaults = lifecycle::Config::new(PROVISIONER);
-        config.retry_base = defaults.retry_base;
-        config.max_retry = defaults.max_retry;
+        config.retry_base = Duration::from_secs(1);
+        config.max_retry = Duration::from_secs(300);
     })
     .await;
     c.stop_host().await;
@@ -2591,4 +2592,67 @@ async fn a_volume_is_never_shrunk(server: Server) {
         storage_bytes(volume.spec.as_ref().unwrap().capacity.as_ref()),
         Some(2 << 30)
     );
+}
+
+/// Polls `count` every 20 ms for `window` and returns when it went up, one
+/// instant per step: the times of a plugin's calls, to check the waits
+/// between retries.
+async fn growth_times(window: Duration, count: impl Fn() -> usize) -> Vec<tokio::time::Instant> {
+    let end = tokio::time::Instant::now() + window;
+    let (mut seen, mut times) = (count(), Vec::new());
+    while tokio::time::Instant::now() < end {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let now = count();
+        for _ in seen..now {
+            times.push(tokio::time::Instant::now());
+        }
+        seen = seen.max(now);
+    }
+    times
+}
+
+/// The waits between consecutive `times`, in seconds.
+fn gaps(times: &[tokio::time::Instant]) -> Vec<f64> {
+    times
+        .windows(2)
+        .map(|w| (w[1] - w[0]).as_secs_f64())
+        .collect()
+}
+
+/// `--retry-interval-start` and `--retry-interval-max` pace the retries of a
+/// claim whose backend keeps answering in-background: at 2 s and 4 s, the
+/// plugin is asked at 0, 2, 6 and 10 s (the defaults, 15 s, would ask once
+/// in that time).
+async fn the_retry_interval_flags_pace_a_failing_claim(server: Server) {
+    let mut c = Cluster::start(server, &[misbehave()]).await;
+    c.stop_host().await;
+    let work = tempfile::tempdir().unwrap();
+    let _host = HostProcess::spawn_with(
+        &c,
+        work.path(),
+        "paced",
+        &["--retry-interval-start=2s", "--retry-interval-max=4s"],
+    );
+    let (attempts, _) = c.slowly_created_claim("data", 1000).await;
+    let calls = || std::fs::read_to_string(&attempts).map_or(0, |s| s.len());
+    eventually("the plugin is first asked", || async {
+        (calls() > 0).then_some(())
+    })
+    .await;
+    let first = tokio::time::Instant::now();
+    let times = growth_times(Duration::from_secs(12), calls).await;
+    let mut waits = vec![(times.first().copied().unwrap_or(first) - first).as_secs_f64()];
+    waits.extend(gaps(&times));
+    eprintln!("waits between calls: {waits:.2?}");
+    assert_eq!(
+        times.len(),
+        3,
+        "asked again at 2, 6 and 10 s after the first call: {waits:.2?}"
+    );
+    for (wait, want) in waits.iter().zip([2.0, 4.0, 4.0]) {
+        assert!(
+            (want * 0.95..want + 1.0).contains(wait),
+            "{want} s between calls (--retry-interval-start, doubling to --retry-interval-max): {waits:.2?}"
+        );
+    }
 }

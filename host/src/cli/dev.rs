@@ -119,7 +119,10 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
     )
     .await?;
     let mut config = args.lifecycle.config()?;
+    // A plugin author is watching: retry failures within seconds, not the
+    // production defaults' minutes.
     config.retry_base = Duration::from_millis(500);
+    config.max_retry = Duration::from_secs(30);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     // The lifecycle keeps to --kube-api-qps/--kube-api-burst, as in `run`.
     let lifecycle_client = lifecycle::throttle::client(

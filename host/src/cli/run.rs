@@ -63,6 +63,15 @@ pub struct LifecycleArgs {
     /// informer resync does ("0s": never).
     #[arg(long, default_value = "15m", value_parser = humantime::parse_duration, env = "WASMPROV_RESYNC_PERIOD")]
     pub resync_period: std::time::Duration,
+    /// The wait before retrying a failed claim, volume or expansion; it
+    /// doubles with each failure up to --retry-interval-max (the Go
+    /// library's and CSI sidecars' flag names; the Go library's defaults).
+    #[arg(long, default_value = "15s", value_name = "DURATION", value_parser = parse_retry_interval, env = "WASMPROV_RETRY_INTERVAL_START")]
+    pub retry_interval_start: std::time::Duration,
+    /// The longest wait between retries. With the defaults, a claim is
+    /// given up on (--failed-provision-threshold) after about 2.5 hours.
+    #[arg(long, default_value = "1000s", value_name = "DURATION", value_parser = parse_retry_interval, env = "WASMPROV_RETRY_INTERVAL_MAX")]
+    pub retry_interval_max: std::time::Duration,
     /// Failed deletes of one volume before giving up (0: never).
     #[arg(long, default_value_t = 15, env = "WASMPROV_FAILED_DELETE_THRESHOLD")]
     pub failed_delete_threshold: u32,
@@ -113,6 +122,16 @@ impl LifecycleArgs {
         config.failed_provision_threshold = self.failed_provision_threshold;
         config.failed_delete_threshold = self.failed_delete_threshold;
         config.resync = self.resync_period;
+        if self.retry_interval_max < self.retry_interval_start {
+            anyhow::bail!(
+                "--retry-interval-max ({}) is less than --retry-interval-start ({}): the \
+                 longest wait cannot be shorter than the first; raise --retry-interval-max",
+                humantime::format_duration(self.retry_interval_max),
+                humantime::format_duration(self.retry_interval_start)
+            );
+        }
+        config.retry_base = self.retry_interval_start;
+        config.max_retry = self.retry_interval_max;
         config.save_attempts = self.save_attempts;
         config.save_retry_interval = self.save_retry_interval;
         Ok(config)
@@ -154,6 +173,17 @@ fn parse_save_attempts(value: &str) -> Result<usize, String> {
 
 /// `--save-retry-interval`: above zero (retrying a failing API server at
 /// once only adds to its load), at most an hour (a worker waits it out).
+/// `--retry-interval-start`/`-max`: above zero (a zero wait would retry a
+/// failing claim as fast as the API allows).
+fn parse_retry_interval(value: &str) -> Result<std::time::Duration, String> {
+    let d = humantime::parse_duration(value)
+        .map_err(|e| format!("{value:?} is not a duration such as 15s or 500ms: {e}"))?;
+    if d.is_zero() {
+        return Err("must be above zero, e.g. 15s (the Go library's default)".to_owned());
+    }
+    Ok(d)
+}
+
 fn parse_save_retry_interval(value: &str) -> Result<std::time::Duration, String> {
     let d = humantime::parse_duration(value)
         .map_err(|e| format!("{value:?} is not a duration such as 10s or 500ms: {e}"))?;

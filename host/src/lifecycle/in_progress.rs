@@ -108,8 +108,8 @@ impl InProgress {
 /// A claim that is still there costs nothing: the claims watch's cache says
 /// so, and its own controller keeps asking the plugin. Once the cache no
 /// longer has it, one GET confirms it is gone; from then on the plugin is
-/// asked with a backoff of its own, the claims' (1 s, doubling, up to 5
-/// minutes), so a backend that takes hours costs a call every few minutes.
+/// asked with a backoff of its own, the claims' (15 s, doubling, up to
+/// 1000 s), so a backend that takes hours costs a call every 17 minutes.
 pub async fn sweep<P: Provisioner>(ctx: Arc<Context<P>>, interval: Duration) {
     loop {
         tokio::time::sleep(interval).await;

@@ -55,7 +55,9 @@ pub struct Config {
     pub failed_provision_threshold: u32,
     /// Give up on a volume after this many failed deletes (0: never).
     pub failed_delete_threshold: u32,
-    /// First retry delay after a failure; doubles per failure up to `max_retry`.
+    /// First retry delay after a failure; doubles per failure up to
+    /// `max_retry` (the Go library's 15 s and 1000 s: about 2.5 hours of
+    /// retries before the default threshold gives up).
     pub retry_base: Duration,
     pub max_retry: Duration,
     /// Attempts to save a provisioned PersistentVolume before cleaning up,
@@ -88,8 +90,8 @@ impl Config {
             claim_finalizer: false,
             failed_provision_threshold: 15,
             failed_delete_threshold: 15,
-            retry_base: Duration::from_secs(1),
-            max_retry: Duration::from_secs(300),
+            retry_base: Duration::from_secs(15),
+            max_retry: Duration::from_secs(1000),
             save_attempts: 5,
             save_retry_interval: Duration::from_secs(10),
             controller_name: "wasmprov".to_owned(),
@@ -307,9 +309,13 @@ pub async fn run<P: Provisioner>(
         resyncs: resyncs.clone(),
         config: config.clone(),
     });
+    // The sweep only finds what is due (each claim keeps its own backoff),
+    // so its tick need not follow the retry interval.
     tasks.spawn(in_progress::sweep(
         ctx.clone(),
-        config.retry_base.max(Duration::from_millis(500)),
+        config
+            .retry_base
+            .clamp(Duration::from_millis(500), Duration::from_secs(1)),
     ));
     let controller_config = ControllerConfig::default().concurrency(config.workers);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -440,6 +446,19 @@ mod tests {
             failures,
             after: context().backoff(failures),
         }
+    }
+
+    #[tokio::test]
+    async fn the_default_backoff_is_the_go_librarys() {
+        let ctx = context();
+        let waits: Vec<u64> = (1..=14).map(|n| ctx.backoff(n).as_secs()).collect();
+        assert_eq!(
+            waits,
+            [15, 30, 60, 120, 240, 480, 960, 1000, 1000, 1000, 1000, 1000, 1000, 1000]
+        );
+        // The waits before the default threshold (15) gives up: ~2.5 hours.
+        assert_eq!(ctx.config.failed_provision_threshold, 15);
+        assert_eq!(waits.iter().sum::<u64>(), 8905);
     }
 
     #[tokio::test]
