@@ -73,6 +73,7 @@ on_both_servers!(
     an_infeasible_expansion_recovers_when_the_claim_asks_for_less,
     a_volume_is_never_shrunk,
     the_retry_interval_flags_pace_a_failing_claim,
+    a_failing_expansion_is_retried_with_backoff_not_on_its_own_writes,
 );
 
 /// A cluster (real or simulated, with one node) with a wasmprov host
@@ -478,6 +479,8 @@ async fn host(
          output: {{sources: [hostPath], paths: [{dir}]}}\n  \
          misbehave:\n    preopens: [{{host: {dir}, guest: /data, mode: read-write}}, {OK_PREOPEN}]\n    \
          output: {MISBEHAVE_OUTPUT}\n  \
+         resizer:\n    preopens: [{{host: {dir}, guest: /data, mode: read-write}}, {OK_PREOPEN}]\n    \
+         output: {MISBEHAVE_OUTPUT}\n  \
          quota-dir:\n    preopens: [{{host: {dir}, guest: /volumes, mode: read-write}}]\n    \
          output: {{sources: [hostPath], paths: [{dir}], annotationPrefixes: [quota-dir/]}}\n",
         dir = volumes.display()
@@ -521,6 +524,11 @@ fn hostpath() -> (&'static str, PathBuf) {
 
 fn misbehave() -> (&'static str, PathBuf) {
     ("misbehave", rust_guest_path("misbehave"))
+}
+
+/// The resizable test guest that logs its `resize` calls.
+fn resizer() -> (&'static str, PathBuf) {
+    ("resizer", rust_guest_path("misbehave-resizer"))
 }
 
 async fn a_claim_gets_a_bound_volume_and_deleting_it_removes_the_storage(server: Server) {
@@ -2655,4 +2663,119 @@ async fn the_retry_interval_flags_pace_a_failing_claim(server: Server) {
             "{want} s between calls (--retry-interval-start, doubling to --retry-interval-max): {waits:.2?}"
         );
     }
+}
+
+/// Counts the writes to claim `name` from now on (its watch events), by
+/// anyone: the host's status patches, the user's requests.
+fn claim_writes(c: &Cluster, name: &str) -> (Arc<std::sync::atomic::AtomicUsize>, AbortOnDrop) {
+    use futures::StreamExt;
+    use kube::runtime::watcher;
+    let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = count.clone();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let stream = watcher(
+        c.claims(),
+        watcher::Config::default().fields(&format!("metadata.name={name}")),
+    );
+    let task = tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(watcher::Event::InitDone) => {
+                    let _ = ready_tx.send(());
+                }
+                Ok(watcher::Event::Apply(_)) => {
+                    counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+                _ => {}
+            }
+        }
+    });
+    // Counting starts once the watch is open.
+    ready_rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the claim watch opens");
+    (count, AbortOnDrop(task))
+}
+
+/// Aborts a background task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The sizes (bytes) misbehave-resizer was asked to grow `pv` to, a call each.
+fn resize_calls(c: &Cluster, pv: &PersistentVolume) -> Vec<u64> {
+    let log = c
+        .volumes_dir
+        .path()
+        .join(format!("{}.resizes", pv.name_any()));
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect()
+}
+
+/// A claim whose plugin fails every expansion is retried with backoff. Each
+/// attempt writes the claim's status twice (in progress, then the error),
+/// and the watch events of those writes must not start the next attempt
+/// early: they did, about one plugin call and two writes per API round trip.
+async fn a_failing_expansion_is_retried_with_backoff_not_on_its_own_writes(server: Server) {
+    let c = Cluster::start_with(server, &[resizer()], |config| {
+        config.retry_base = Duration::from_secs(2);
+        config.max_retry = Duration::from_secs(4);
+    })
+    .await;
+    c.class(
+        "grow-fails",
+        &[("plugin", "resizer"), ("resize", "fail")],
+        serde_json::json!({"allowVolumeExpansion": true}),
+    )
+    .await;
+    c.claim("data", "grow-fails", serde_json::json!({})).await;
+    let pv = c.bound_volume("data").await;
+    let (writes, _watch) = claim_writes(&c, "data");
+
+    ask_for(&c, "data", "2Gi");
+    let calls = || resize_calls(&c, &pv).len();
+    eventually("the plugin is first asked", || async {
+        (calls() > 0).then_some(())
+    })
+    .await;
+    let first = tokio::time::Instant::now();
+    let times = growth_times(Duration::from_secs(20), calls).await;
+    let mut waits = vec![(times.first().copied().unwrap_or(first) - first).as_secs_f64()];
+    waits.extend(gaps(&times));
+    eprintln!("waits between resize calls: {waits:.2?}");
+    // Retries at 2, 6, 10, 14 and 18 s after the first call.
+    assert_eq!(times.len(), 5, "retried with backoff: {waits:.2?}");
+    for (wait, want) in waits.iter().zip([2.0, 4.0, 4.0, 4.0, 4.0]) {
+        assert!(
+            (want * 0.95..want + 1.5).contains(wait),
+            "{want} s between attempts: {waits:.2?}"
+        );
+    }
+    let writes = writes.load(std::sync::atomic::Ordering::SeqCst);
+    let calls = calls();
+    eprintln!("{calls} resize calls, {writes} claim writes");
+    // Two status writes per attempt, the user's request, and the next
+    // attempt's first write (made before its plugin call).
+    assert!(
+        writes <= 2 * calls + 3,
+        "{writes} claim writes for {calls} attempts"
+    );
+    let want = format!(
+        "controller_persistentvolumeclaim_resize_failed_total{{class=\"grow-fails\"}} {calls}"
+    );
+    eventually(&format!("metric {want}"), || async {
+        c.metrics.encode().contains(&want).then_some(())
+    })
+    .await;
+    c.event("data", "VolumeResizeFailed", "deliberate resize failure")
+        .await;
+    assert!(resize_calls(&c, &pv).iter().all(|&b| b == 2 << 30));
 }

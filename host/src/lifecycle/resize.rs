@@ -183,9 +183,52 @@ pub(super) async fn reconcile<P: Provisioner>(
         Ok(action) => action,
         Err(e) => {
             let uid = format!("{}/resize", claim.uid().unwrap_or_default());
-            retry_later(ctx, &uid, claim, Duration::ZERO, &e.to_string())
+            let version = resize_version(claim, ctx);
+            retry_later(ctx, &uid, claim, &version, Duration::ZERO, &e.to_string())
         }
     }
+}
+
+/// The version of what an expansion depends on, for its backoff: the
+/// claim's spec and the annotations others set, its class, and the plugin
+/// versions loaded. Not the claim's resourceVersion: each attempt writes
+/// the claim's status twice, and the watch events of those writes must not
+/// start the next attempt before the backoff is over (as external-resizer
+/// only looks again when the requested size changes).
+fn resize_version<P: Provisioner>(claim: &PersistentVolumeClaim, ctx: &Context<P>) -> String {
+    let class = ctx
+        .classes
+        .get(&ObjectRef::new(&claim_class(claim)))
+        .and_then(|c| c.resource_version())
+        .unwrap_or_default();
+    let plugins = ctx
+        .provisioner
+        .plugins_changed()
+        .map(|rx| *rx.borrow())
+        .unwrap_or_default();
+    format!("{}/{class}/{plugins}", spec_version(claim))
+}
+
+/// A hash of the claim's spec and of its annotations but the ones this
+/// host writes while resizing.
+fn spec_version(claim: &PersistentVolumeClaim) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut annotations = claim.metadata.annotations.clone().unwrap_or_default();
+    annotations.remove(keys::STORAGE_RESIZER);
+    annotations.remove(keys::NODE_EXPANSION_NOT_REQUIRED);
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    serde_json::to_string(&(&claim.spec, &annotations))
+        .unwrap_or_default()
+        .hash(&mut hasher);
+    format!("{:016x}", hasher.finish())
+}
+
+fn claim_class(claim: &PersistentVolumeClaim) -> String {
+    claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.storage_class_name.clone())
+        .unwrap_or_default()
 }
 
 async fn resize<P: Provisioner>(
@@ -196,9 +239,7 @@ async fn resize<P: Provisioner>(
     let pv = spec
         .and_then(|s| s.volume_name.as_deref())
         .and_then(|name| ctx.volumes.get(&ObjectRef::new(name)));
-    let class_name = spec
-        .and_then(|s| s.storage_class_name.clone())
-        .unwrap_or_default();
+    let class_name = claim_class(claim);
     let class = ctx.classes.get(&ObjectRef::new(&class_name));
     let plan = plan(claim, pv.as_deref(), class.as_deref(), &ctx.config.names);
     let reference = claim.object_ref(&());
@@ -218,7 +259,7 @@ async fn resize<P: Provisioner>(
     };
     // Failures of the resize are counted apart from the provision's.
     let uid = format!("{}/resize", claim.uid().unwrap_or_default());
-    let version = claim.resource_version().unwrap_or_default();
+    let version = resize_version(claim, ctx);
     if let Some(left) = ctx.backing_off(&uid, &version) {
         return Ok(Action::requeue(left));
     }
@@ -241,8 +282,15 @@ async fn resize<P: Provisioner>(
                 message.clone(),
             )
             .await;
-        let latest = mark_error(claim, ctx, &message, true).await?;
-        return Ok(retry_later(ctx, &uid, &latest, INFEASIBLE_RETRY, &message));
+        mark_error(claim, ctx, &message, true).await?;
+        return Ok(retry_later(
+            ctx,
+            &uid,
+            claim,
+            &version,
+            INFEASIBLE_RETRY,
+            &message,
+        ));
     }
     let claim = mark_in_progress(claim, ctx, bytes).await?;
     ctx.events
@@ -286,11 +334,11 @@ async fn resize<P: Provisioner>(
                 .resize_failed_total
                 .get_or_create(&class_label)
                 .inc();
-            let (latest, min_delay) = match e.state {
-                ResizeState::NoChange => (claim, Duration::ZERO),
+            let min_delay = match e.state {
+                ResizeState::NoChange => Duration::ZERO,
                 ResizeState::InBackground => {
                     tracing::info!(claim = %key(&claim), volume = %pv_name, "still growing: {}", e.message);
-                    (claim, Duration::ZERO)
+                    Duration::ZERO
                 }
                 ResizeState::Failed | ResizeState::Infeasible => {
                     ctx.events
@@ -302,34 +350,35 @@ async fn resize<P: Provisioner>(
                         )
                         .await;
                     let infeasible = e.state == ResizeState::Infeasible;
-                    let latest = mark_error(&claim, ctx, &e.message, infeasible).await?;
-                    let min_delay = if infeasible {
+                    mark_error(&claim, ctx, &e.message, infeasible).await?;
+                    if infeasible {
                         INFEASIBLE_RETRY
                     } else {
                         Duration::ZERO
-                    };
-                    (latest, min_delay)
+                    }
                 }
             };
-            Ok(retry_later(ctx, &uid, &latest, min_delay, &e.message))
+            Ok(retry_later(
+                ctx, &uid, &claim, &version, min_delay, &e.message,
+            ))
         }
     }
 }
 
-/// Backs off from the claim as last written (the watch event of our own
-/// status patch must not retry at once); a change by anyone else, such as a
-/// new request, is tried at once.
+/// Backs off from this `version` of the expansion: a reconcile of the same
+/// version (the watch event of the host's own status patch) waits out the
+/// backoff; a change by anyone else, such as a new request, is tried at once.
 fn retry_later<P>(
     ctx: &Context<P>,
     uid: &str,
-    latest: &PersistentVolumeClaim,
+    claim: &PersistentVolumeClaim,
+    version: &str,
     min_delay: Duration,
     error: &str,
 ) -> Action {
-    let version = latest.resource_version().unwrap_or_default();
-    let failure = ctx.fail_at_least(uid, 0, &version, min_delay);
+    let failure = ctx.fail_at_least(uid, 0, version, min_delay);
     if let AfterFailure::Retry { failures, after } = failure {
-        tracing::warn!(claim = %key(latest), failures, retry_in = ?after, error, "resize failed; retrying");
+        tracing::warn!(claim = %key(claim), failures, retry_in = ?after, error, "resize failed; retrying");
     }
     ctx.after(failure)
 }
@@ -430,7 +479,7 @@ async fn mark_error<P>(
     ctx: &Context<P>,
     message: &str,
     infeasible: bool,
-) -> Result<PersistentVolumeClaim, Error> {
+) -> Result<(), Error> {
     let conditions = conditions_with(
         claim,
         true,
@@ -444,7 +493,8 @@ async fn mark_error<P>(
         status["allocatedResourceStatuses"] =
             json!({"storage": keys::CONTROLLER_RESIZE_INFEASIBLE});
     }
-    patch_claim_status(claim, ctx, json!({ "status": status })).await
+    patch_claim_status(claim, ctx, json!({ "status": status })).await?;
+    Ok(())
 }
 
 /// Saves the volume's new size (and, when the node must still grow its
@@ -769,6 +819,39 @@ mod tests {
                 capacity: Quantity("2Gi".into())
             }
         );
+    }
+
+    #[test]
+    fn the_backoff_version_ignores_the_hosts_own_writes_and_follows_the_request() {
+        let before = claim("2Gi", "1Gi", None, None);
+        let v = spec_version(&before);
+        // What the host's status patches change.
+        let mut written = claim(
+            "2Gi",
+            "1Gi",
+            Some(keys::CONTROLLER_RESIZE_IN_PROGRESS),
+            Some("2Gi"),
+        );
+        written.metadata.resource_version = Some("9".into());
+        written.metadata.annotations = Some(
+            [
+                (keys::STORAGE_RESIZER.to_owned(), "x".to_owned()),
+                (
+                    keys::NODE_EXPANSION_NOT_REQUIRED.to_owned(),
+                    "true".to_owned(),
+                ),
+            ]
+            .into(),
+        );
+        written.status.as_mut().unwrap().conditions =
+            Some(vec![condition(keys::CONTROLLER_RESIZE_ERROR, None)]);
+        assert_eq!(spec_version(&written), v);
+        // What a user changes.
+        assert_ne!(spec_version(&claim("3Gi", "1Gi", None, None)), v);
+        let mut annotated = before.clone();
+        annotated.metadata.annotations =
+            Some([("wasmprov.io/retry".to_owned(), "1".to_owned())].into());
+        assert_ne!(spec_version(&annotated), v);
     }
 
     #[test]
