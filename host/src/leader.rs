@@ -4,7 +4,9 @@
 //! duration, by its own clock (client-go's rule: the holder's `renewTime` is
 //! another machine's clock, so comparing it with ours would let skewed clocks
 //! make two leaders, or none). Losing the lease stops the work at once (its
-//! future is dropped).
+//! future is dropped). Every renewal is bounded by the renew deadline,
+//! in-flight request included, so a leader that cannot reach the API server
+//! stops before its lease could be taken.
 
 use std::future::Future;
 use std::time::Duration;
@@ -72,11 +74,20 @@ pub async fn run_as_leader<T>(
     let leases: Api<Lease> = Api::namespaced(client, &config.namespace);
     let mut observed = Observed::default();
     loop {
-        match try_acquire_or_renew(&leases, &config, &mut observed).await {
-            Ok(Attempt::Held) => break,
-            Ok(Attempt::HeldByOther | Attempt::Conflict) => {}
-            Err(e) => {
+        // Bounded, so a request that never returns cannot stall a candidate.
+        let attempt = tokio::time::timeout(
+            config.lease_duration,
+            try_acquire_or_renew(&leases, &config, &mut observed),
+        )
+        .await;
+        match attempt {
+            Ok(Ok(Attempt::Held)) => break,
+            Ok(Ok(Attempt::HeldByOther | Attempt::Conflict)) => {}
+            Ok(Err(e)) => {
                 tracing::warn!(lease = %config.name, error = %e, "cannot read or write the leader lease")
+            }
+            Err(_) => {
+                tracing::warn!(lease = %config.name, "no answer from the API server about the leader lease")
             }
         }
         tokio::time::sleep(config.retry_period).await;
@@ -87,20 +98,33 @@ pub async fn run_as_leader<T>(
         let mut last_renewal = Instant::now();
         let mut pause = config.retry_period;
         loop {
-            tokio::time::sleep(pause).await;
+            // Stop leading at the deadline even if the API server never
+            // answers (client-go cancels the request the same way): a
+            // standby may take the lease once it is lease_duration old.
+            let deadline = last_renewal + config.renew_deadline;
+            tokio::time::sleep_until((Instant::now() + pause).min(deadline)).await;
             pause = config.retry_period;
-            match try_acquire_or_renew(&leases, &config, &mut observed).await {
-                Ok(Attempt::Held) => last_renewal = Instant::now(),
-                Ok(Attempt::HeldByOther) => break,
+            let attempt = tokio::time::timeout_at(
+                deadline,
+                try_acquire_or_renew(&leases, &config, &mut observed),
+            )
+            .await;
+            match attempt {
+                Ok(Ok(Attempt::Held)) => last_renewal = Instant::now(),
+                Ok(Ok(Attempt::HeldByOther)) => break,
                 // Someone wrote the lease between our read and our write
                 // (often an admin's label, or a candidate's failed take):
                 // read it again at once rather than give up leadership.
-                Ok(Attempt::Conflict) => pause = Duration::ZERO,
-                Err(e) => {
+                Ok(Ok(Attempt::Conflict)) => pause = Duration::ZERO,
+                Ok(Err(e)) => {
                     tracing::warn!(lease = %config.name, error = %e, "cannot renew the leader lease")
                 }
+                Err(_) => {
+                    tracing::warn!(lease = %config.name, "no answer from the API server before the renew deadline");
+                    break;
+                }
             }
-            if last_renewal.elapsed() > config.renew_deadline {
+            if last_renewal.elapsed() >= config.renew_deadline {
                 break;
             }
         }
@@ -115,7 +139,14 @@ pub async fn run_as_leader<T>(
     };
     on_leader(false);
     if outcome.is_ok() {
-        release(&leases, &config).await;
+        // A stop must not hang on an unreachable API server; the lease
+        // then simply expires.
+        if tokio::time::timeout(config.renew_deadline, release(&leases, &config))
+            .await
+            .is_err()
+        {
+            tracing::warn!(lease = %config.name, "no answer from the API server; the leader lease is left to expire");
+        }
     }
     outcome
 }

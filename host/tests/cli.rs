@@ -771,6 +771,35 @@ fn run_refuses_retry_intervals_that_make_no_sense() {
 }
 
 #[test]
+fn run_refuses_a_kube_api_timeout_that_would_fail_every_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().display().to_string();
+    for (value, want) in [
+        ("100ms", "100ms is too short"),
+        ("100ms", "use at least 1s (default 30s), or 0s for no limit"),
+        (
+            "soon",
+            "\"soon\" is not a duration such as 30s, or 0s for none",
+        ),
+    ] {
+        let out = wasmprov(&[
+            "run",
+            "--plugins-dir",
+            &plugins,
+            "--kube-api-timeout",
+            value,
+        ]);
+        assert!(!out.status.success(), "{value} accepted");
+        let err = stderr(&out);
+        assert!(
+            err.contains(&format!("invalid value '{value}' for '--kube-api-timeout"))
+                && err.contains(want),
+            "{value}: {err}"
+        );
+    }
+}
+
+#[test]
 fn run_refuses_an_adoption_of_volumes_it_would_never_own() {
     let dir = tempfile::tempdir().unwrap();
     let plugins = dir.path().display().to_string();

@@ -1,12 +1,13 @@
 //! Leader election against a Lease held by another replica whose clock is
 //! wrong, and under write conflicts: what decides who leads is what this
-//! replica observes, never the other machine's clock.
+//! replica observes, never the other machine's clock. A leader that cannot
+//! renew stops at its renew deadline, however the API server fails.
 
 #[macro_use]
 mod support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -23,6 +24,7 @@ const LEASE: &str = "wasmprov.io-host";
 on_both_servers!(
     a_live_leader_with_a_slow_clock_keeps_the_lease,
     a_dead_leader_with_a_fast_clock_is_replaced_after_the_lease_duration,
+    a_leader_that_cannot_reach_the_api_stops_before_its_lease_could_be_taken,
 );
 
 fn config() -> LeaseConfig {
@@ -77,18 +79,114 @@ async fn api(server: Server) -> (TestApi, Client) {
 
 /// Starts the candidate; the flag says whether it leads.
 fn candidate(client: Client, config: LeaseConfig) -> Arc<AtomicBool> {
+    timed_candidate(client, config).leading
+}
+
+/// A candidate, and when it stopped leading.
+struct Candidate {
+    leading: Arc<AtomicBool>,
+    stopped: Arc<Mutex<Option<Instant>>>,
+}
+
+fn timed_candidate(client: Client, config: LeaseConfig) -> Candidate {
     let leading = Arc::new(AtomicBool::new(false));
-    let flag = leading.clone();
+    let stopped = Arc::new(Mutex::new(None));
+    let (flag, when) = (leading.clone(), stopped.clone());
     tokio::spawn(async move {
         let _ = run_as_leader(
             client,
             config,
-            move |l| flag.store(l, Ordering::SeqCst),
+            move |l| {
+                flag.store(l, Ordering::SeqCst);
+                if !l {
+                    *when.lock().unwrap() = Some(Instant::now());
+                }
+            },
             std::future::pending::<()>(),
         )
         .await;
     });
-    leading
+    Candidate { leading, stopped }
+}
+
+/// Timings for the renew-deadline tests: a standby could take the lease 4 s
+/// after the leader's last renewal; the leader must have stopped by then.
+fn deadline_config() -> LeaseConfig {
+    LeaseConfig {
+        lease_duration: Duration::from_secs(4),
+        renew_deadline: Duration::from_secs(2),
+        retry_period: Duration::from_millis(200),
+        ..LeaseConfig::new(NAMESPACE, LEASE, "candidate")
+    }
+}
+
+/// Waits until `c` leads, lets it renew a few times, then breaks the API
+/// server with `fault`. Returns how long after the fault it stopped leading.
+async fn leads_then_stops_after(
+    c: &Candidate,
+    config: &LeaseConfig,
+    fault: impl FnOnce(),
+) -> Duration {
+    eventually("the candidate leads", || async {
+        c.leading.load(Ordering::SeqCst).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        c.leading.load(Ordering::SeqCst),
+        "leads while the API answers"
+    );
+    fault();
+    let broken = Instant::now();
+    // Without a bound on the renewal it leads until the API recovers.
+    let limit = config.lease_duration + Duration::from_secs(2);
+    let stopped = eventually_within(limit, "the leader stops leading", || async {
+        *c.stopped.lock().unwrap()
+    })
+    .await;
+    let took = stopped.saturating_duration_since(broken);
+    eprintln!("stopped leading {took:?} after the API server broke");
+    took
+}
+
+/// The leader's last renewal was at most a retry period before the fault:
+/// it stops at that renewal's deadline, not later (give or take a loaded
+/// machine's late timers), and never once a standby could take the lease;
+/// nor does it give up at the first failed renewal.
+fn stopped_at_the_renew_deadline(took: Duration, config: &LeaseConfig) {
+    let slack = Duration::from_millis(300);
+    assert!(
+        took <= config.renew_deadline + config.retry_period + slack,
+        "stopped {took:?} after the fault: later than the renew deadline ({:?})",
+        config.renew_deadline
+    );
+    assert!(took < config.lease_duration, "two leaders: {took:?}");
+    assert!(
+        took + config.retry_period + slack >= config.renew_deadline,
+        "gave up before the renew deadline: {took:?}"
+    );
+}
+
+/// Freezes the API server (SIGSTOP for the real one) until dropped.
+struct Frozen<'a>(&'a TestApi);
+
+impl<'a> Frozen<'a> {
+    fn new(api: &'a TestApi) -> Self {
+        match api {
+            TestApi::Simulated(sim) => sim.faults().pause(),
+            TestApi::Real(cluster) => cluster.pause("kube-apiserver"),
+        }
+        Frozen(api)
+    }
+}
+
+impl Drop for Frozen<'_> {
+    fn drop(&mut self) {
+        match self.0 {
+            TestApi::Simulated(sim) => sim.faults().resume(),
+            TestApi::Real(cluster) => cluster.resume("kube-apiserver"),
+        }
+    }
 }
 
 async fn a_live_leader_with_a_slow_clock_keeps_the_lease(server: Server) {
@@ -145,6 +243,37 @@ async fn a_dead_leader_with_a_fast_clock_is_replaced_after_the_lease_duration(se
         lease.spec.unwrap().holder_identity.as_deref(),
         Some("candidate")
     );
+}
+
+/// Requests hang: the renewal in flight is given up at the renew deadline.
+async fn a_leader_that_cannot_reach_the_api_stops_before_its_lease_could_be_taken(server: Server) {
+    let (api, client) = api(server).await;
+    let config = deadline_config();
+    let c = timed_candidate(client, config.clone());
+    let mut frozen = None;
+    let took = leads_then_stops_after(&c, &config, || frozen = Some(Frozen::new(&api))).await;
+    drop(frozen);
+    stopped_at_the_renew_deadline(took, &config);
+}
+
+/// Simulator only: every lease request is answered 429 with `Retry-After:
+/// 1`, which kube's default client retries for about 15 s per request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_answered_429_stops_at_its_renew_deadline() {
+    let sim = kube_sim::Simulator::start(kube_sim::Config::default())
+        .await
+        .unwrap();
+    let config = deadline_config();
+    let c = timed_candidate(sim.client().unwrap(), config.clone());
+    let took = leads_then_stops_after(&c, &config, || {
+        sim.faults().fail_requests(
+            kube_sim::FailureRule::new(1.0, kube_sim::FailWith::TooManyRequests)
+                .resources(&["leases"]),
+        )
+    })
+    .await;
+    stopped_at_the_renew_deadline(took, &config);
+    assert!(sim.faults().stats().failed_requests >= 1);
 }
 
 /// Simulator only: half of the lease writes get a 409 Conflict.

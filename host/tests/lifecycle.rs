@@ -54,6 +54,7 @@ on_both_servers!(
     a_claim_that_keeps_failing_is_given_up_with_an_event_saying_how_to_retry,
     a_volume_that_keeps_failing_to_delete_is_given_up_with_an_event,
     a_standby_process_takes_over_when_the_leader_process_is_killed,
+    a_leader_process_exits_when_the_api_freezes,
     the_hosts_own_claim_writes_do_not_cut_a_backoff_short,
     an_invalid_argument_counts_towards_giving_up,
     an_empty_selected_node_is_no_node,
@@ -1732,8 +1733,10 @@ async fn a_standby_process_takes_over_when_the_leader_process_is_killed(server: 
     let election = [
         "--leader-election=true",
         "--leader-election-namespace=default",
-        "--leader-election-lease-duration=3s",
-        "--leader-election-renew-deadline=2s",
+        "--leader-election-lease-duration=4s",
+        // Room for a slow renewal on a loaded machine: a leader stops at
+        // its renew deadline even when the renewal eventually succeeds.
+        "--leader-election-renew-deadline=3s",
         "--leader-election-retry-period=500ms",
     ];
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
@@ -1774,6 +1777,71 @@ async fn a_standby_process_takes_over_when_the_leader_process_is_killed(server: 
         "replica-b"
     );
     c.one_volume_and_directory_each(2).await;
+}
+
+/// The leader process's API server freezes (requests hang; no error ever
+/// comes back). It must stop at its renew deadline, here by exiting, before
+/// a standby could take the Lease: no earlier than its duration after the
+/// last renewal, which was at most a retry period before the freeze.
+async fn a_leader_process_exits_when_the_api_freezes(server: Server) {
+    let mut c = Cluster::start(server, &[hostpath()]).await;
+    c.stop_host().await;
+    let work = tempfile::tempdir().unwrap();
+    let (lease, retry) = (Duration::from_secs(4), Duration::from_millis(500));
+    let election = [
+        "--leader-election=true",
+        "--leader-election-namespace=default",
+        "--leader-election-lease-duration=4s",
+        "--leader-election-renew-deadline=2s",
+        "--leader-election-retry-period=500ms",
+    ];
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(c.client.clone(), "default");
+    let mut leader = HostProcess::spawn_with(&c, work.path(), "replica-a", &election);
+    eventually("replica-a holds the Lease", || async {
+        let holder = leases
+            .get_opt("wasmprov.io-host")
+            .await
+            .ok()??
+            .spec?
+            .holder_identity;
+        (holder? == "replica-a").then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await; // a few renewals
+    /// Thaws the API server however the test ends.
+    struct Thaw<'a>(&'a Cluster);
+    impl Drop for Thaw<'_> {
+        fn drop(&mut self) {
+            self.0.resume_api();
+        }
+    }
+    c.pause_api();
+    let thaw = Thaw(&c);
+    let frozen = tokio::time::Instant::now();
+    // Without a bound on the renewal it waits for the API server for ever
+    // (or --kube-api-timeout, 30 s).
+    let exited = loop {
+        if let Some(status) = leader.child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if frozen.elapsed() > lease + Duration::from_secs(2) {
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let took = frozen.elapsed();
+    drop(thaw);
+    let stderr = std::fs::read_to_string(work.path().join("replica-a.err")).unwrap();
+    let status =
+        exited.unwrap_or_else(|| panic!("still running {took:?} after the API server froze"));
+    eprintln!("the leader exited {took:?} after the API server froze ({status})");
+    assert!(!status.success());
+    assert!(stderr.contains("lost the leader lease"), "{stderr}");
+    assert!(
+        took < lease - retry,
+        "exited {took:?} after the freeze: a standby could have taken the Lease by then"
+    );
 }
 
 /// With `--claim-finalizer` each attempt patches the claim twice (the

@@ -124,10 +124,12 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
     config.retry_base = Duration::from_millis(500);
     config.max_retry = Duration::from_secs(30);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    // The lifecycle keeps to --kube-api-qps/--kube-api-burst, as in `run`.
-    let lifecycle_client = lifecycle::throttle::client(
+    // The lifecycle keeps to --kube-api-qps/--kube-api-burst and
+    // --kube-api-timeout, as in `run`.
+    let lifecycle_client = lifecycle::throttle::client_with_timeout(
         kube::Config::new(sim.url().parse()?),
         args.lifecycle.api_limits(),
+        args.lifecycle.api_timeout(),
     )?;
     let lifecycle_task = tokio::spawn(lifecycle::run(
         lifecycle_client,

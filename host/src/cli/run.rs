@@ -97,6 +97,11 @@ pub struct LifecycleArgs {
     /// bucket's size) before --kube-api-qps paces it.
     #[arg(long, default_value_t = 10, env = "WASMPROV_KUBE_API_BURST")]
     pub kube_api_burst: u32,
+    /// How long any Kubernetes API request may take, its answer and kube's
+    /// own retries of a 429/503/504 included, before it fails and is
+    /// retried like any failure ("0s": no limit). Watches are exempt.
+    #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = parse_kube_api_timeout, env = "WASMPROV_KUBE_API_TIMEOUT")]
+    pub kube_api_timeout: std::time::Duration,
 }
 
 impl LifecycleArgs {
@@ -143,6 +148,11 @@ impl LifecycleArgs {
             qps: self.kube_api_qps,
             burst: self.kube_api_burst,
         }
+    }
+
+    /// `--kube-api-timeout`, `None` for no limit.
+    pub fn api_timeout(&self) -> Option<Duration> {
+        Some(self.kube_api_timeout).filter(|d| !d.is_zero())
     }
 }
 
@@ -193,6 +203,20 @@ fn parse_save_retry_interval(value: &str) -> Result<std::time::Duration, String>
     if d > Duration::from_secs(3600) {
         return Err(format!(
             "{} is more than an hour: the claim's worker waits between attempts, so keep it short (default 10s)",
+            humantime::format_duration(d)
+        ));
+    }
+    Ok(d)
+}
+
+/// `--kube-api-timeout`: 0s (none) or long enough for a busy API server.
+fn parse_kube_api_timeout(value: &str) -> Result<std::time::Duration, String> {
+    let d = humantime::parse_duration(value)
+        .map_err(|e| format!("{value:?} is not a duration such as 30s, or 0s for none: {e}"))?;
+    if !d.is_zero() && d < Duration::from_secs(1) {
+        return Err(format!(
+            "{} is too short: a busy API server takes longer to answer, and every request \
+             would fail; use at least 1s (default 30s), or 0s for no limit",
             humantime::format_duration(d)
         ));
     }
@@ -304,16 +328,31 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     // The lifecycle's client is rate limited (--kube-api-qps/-burst); leader
     // election gets its own, so a busy provisioner never misses a renewal
-    // (as external-provisioner does).
-    let client = lifecycle::throttle::client(kube_config.clone(), args.lifecycle.api_limits())?;
-    let election_client = kube::Client::try_from(kube_config)?;
+    // (as external-provisioner does). Every request is bounded by
+    // --kube-api-timeout.
+    let timeout = args.lifecycle.api_timeout();
+    let unlimited = lifecycle::ApiLimits::unlimited();
+    let client = lifecycle::throttle::client_with_timeout(
+        kube_config.clone(),
+        args.lifecycle.api_limits(),
+        timeout,
+    )?;
+    let configmaps_client =
+        lifecycle::throttle::client_with_timeout(kube_config.clone(), unlimited, timeout)?;
+    // Without kube's retries: they wait out a 429's Retry-After up to 15
+    // times, past the renew deadline; the election retries every
+    // retry period itself.
+    let mut election_config = kube_config;
+    election_config.default_retry = false;
+    let election_client =
+        lifecycle::throttle::client_with_timeout(election_config, unlimited, timeout)?;
     let ops = Arc::new(Ops::default());
     let listener = ops::bind(args.metrics_address).await?;
     let server = tokio::spawn(ops::serve(listener, ops.clone()));
     // Every replica loads plugins, leader or not, so a takeover is immediate.
     let configmaps = args.plugin_configmaps.then(|| delivery::ConfigMapsSource {
         // Not rate limited: a list, a watch, and an event per new version.
-        client: election_client.clone(),
+        client: configmaps_client,
         namespace: args.plugins_namespace.clone().unwrap_or_else(pod_namespace),
         reporter: crate::events::Reporter {
             controller: config.controller_name.clone(),
