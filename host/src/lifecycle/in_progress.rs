@@ -203,7 +203,8 @@ pub(super) async fn finish<P: Provisioner>(
         tracing::info!(volume = %opts.pv_name, "claim deleted while provisioning; saved the volume (Retain)");
         return Ok(Finish::Done);
     }
-    match ctx.provisioner.delete(plugin, &pv).await {
+    let with_class = crate::provisioner::with_class_parameters(&pv, Some(&opts.class));
+    match ctx.provisioner.delete(plugin, &with_class).await {
         Ok(()) => {}
         Err(e) if e.state == DeleteState::Ignored => {}
         Err(e) => {
