@@ -44,6 +44,7 @@ on_both_servers!(
     a_restarted_host_makes_exactly_one_volume_per_claim,
     with_leader_election_only_the_leader_provisions_and_a_standby_takes_over,
     a_claim_deleted_while_its_storage_is_being_created_leaves_nothing_behind,
+    a_claim_deleted_mid_create_whose_clean_up_fails_once_leaves_nothing_behind,
     class_parameters_stay_on_the_class_and_reach_delete_from_it,
     with_the_claim_finalizer_a_deleted_claim_waits_until_its_storage_is_removed,
     a_volume_being_deleted_is_not_taken_for_the_claims_own,
@@ -1137,6 +1138,81 @@ async fn a_claim_deleted_while_its_storage_is_being_created_leaves_nothing_behin
 
     c.delete_claim_then_storage_is_removed(&deleted, &attempts, 4)
         .await;
+}
+
+/// Without `--claim-finalizer`: the claim went while its storage was being
+/// created, and the first delete of what was made fails. As in the Go
+/// library, the volume is saved, so it is reclaimed like any released one
+/// (retried) instead of forgotten.
+async fn a_claim_deleted_mid_create_whose_clean_up_fails_once_leaves_nothing_behind(
+    server: Server,
+) {
+    // Slow claim retries, so that the claim is surely deleted before its own
+    // controller gets the volume: the in-progress sweep gets it.
+    let c = Cluster::start_with(server, &[misbehave()], |config| {
+        config.retry_base = Duration::from_secs(2);
+        config.max_retry = Duration::from_secs(2);
+    })
+    .await;
+    c.class(
+        "async",
+        &[
+            ("plugin", "misbehave"),
+            ("behavior", "slow-create"),
+            ("attempts", "3"),
+            ("delete-failures", "1"),
+        ],
+        serde_json::json!({}),
+    )
+    .await;
+    c.claim("data", "async", serde_json::json!({})).await;
+    let uid = c.claims().get("data").await.unwrap().uid().unwrap();
+    let pv_name = format!("pvc-{uid}");
+    let file = |suffix: &str| c.volumes_dir.path().join(format!("{pv_name}.{suffix}"));
+    eventually("the backend started creating", || async {
+        file("attempts").exists().then_some(())
+    })
+    .await;
+    c.delete_claim("data").await;
+
+    eventually_within(
+        Duration::from_secs(30),
+        "the storage made after the claim went is removed",
+        || async { file("deleted").exists().then_some(()) },
+    )
+    .await;
+    assert_eq!(
+        std::fs::read_to_string(file("attempts")).unwrap(),
+        "xxx",
+        "asked until it finished"
+    );
+    assert_eq!(
+        std::fs::read_to_string(file("delete-attempts")).unwrap(),
+        "xx",
+        "the failed clean-up, then the reclaim of the saved volume"
+    );
+    let failed: Vec<Event> = Api::<Event>::all(c.client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.involved_object.name.as_deref() == Some(pv_name.as_str())
+                && e.reason.as_deref() == Some("VolumeFailedDelete")
+        })
+        .collect();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    let message = failed[0].message.clone().unwrap();
+    for want in [
+        "default/data was deleted",
+        "deliberate delete failure (1 of 1)",
+        "saved",
+    ] {
+        assert!(message.contains(want), "{want:?} in {message}");
+    }
+    c.volume_gone(&pv_name).await;
+    assert!(c.no_volumes().await);
 }
 
 /// By default a volume records none of its class's parameters (the Go
