@@ -5,6 +5,7 @@
 //! still be doing ([`ProvisionState`]). `resize` grows a bound volume, what
 //! the Go library leaves to CSI's external-resizer.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
@@ -126,7 +127,9 @@ pub mod annotations {
     pub const PLUGIN: &str = "wasmprov.io/plugin";
     /// `sha256:<hex>` of the plugin component that made the volume.
     pub const PLUGIN_DIGEST: &str = "wasmprov.io/plugin-digest";
-    /// The class parameters given to the plugin, as a JSON object.
+    /// The class parameters recorded for `delete` and `resize`, as a JSON
+    /// object: only those the plugin's `recordParameters` grant; the others
+    /// come from the StorageClass.
     pub const PARAMETERS: &str = "wasmprov.io/parameters";
     /// The provisioner that made the volume (standard Kubernetes annotation).
     pub const PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
@@ -213,5 +216,202 @@ impl DeleteError {
             state: DeleteState::Failed,
             message: message.into(),
         }
+    }
+}
+
+/// The volume as `delete` and `resize` get it: the parameters recorded on it
+/// (only those its plugin's `recordParameters` grant), completed from
+/// `class`, its StorageClass, the recorded values winning. The Go library's
+/// provisioners read the class the same way. In memory only: nothing of the
+/// class is ever written on the volume.
+///
+/// A class that names another plugin than the volume's adds nothing (its
+/// parameters mean something else), nor does an unreadable annotation: the
+/// request builder reports that one.
+pub fn with_class_parameters(
+    pv: &PersistentVolume,
+    class: Option<&StorageClass>,
+) -> PersistentVolume {
+    let Some(class) = class.filter(|c| class_fits(pv, c)) else {
+        return pv.clone();
+    };
+    let recorded = pv
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(annotations::PARAMETERS));
+    let mut parameters: BTreeMap<String, String> = match recorded {
+        Some(json) => match serde_json::from_str(json) {
+            Ok(map) => map,
+            Err(_) => return pv.clone(),
+        },
+        None => BTreeMap::new(),
+    };
+    for (key, value) in class.parameters.iter().flatten() {
+        if key != PLUGIN_PARAMETER {
+            parameters
+                .entry(key.clone())
+                .or_insert_with(|| value.clone());
+        }
+    }
+    let mut completed = pv.clone();
+    completed
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(
+            annotations::PARAMETERS.to_owned(),
+            serde_json::to_string(&parameters).unwrap_or_default(),
+        );
+    completed
+}
+
+/// Why [`with_class_parameters`] can add nothing to `pv`, and how to fix it:
+/// for the message of a failed delete or resize, which may be the plugin
+/// missing a parameter only the class had.
+pub fn missing_class(pv: &PersistentVolume, class: Option<&StorageClass>) -> Option<String> {
+    let name = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.storage_class_name.as_deref())
+        .unwrap_or_default();
+    let plugin = pv
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(annotations::PLUGIN))
+        .map_or("(unrecorded)", String::as_str);
+    let why = match class {
+        Some(c) if class_fits(pv, c) => return None,
+        Some(c) => format!(
+            "StorageClass {name:?} now names plugin {:?}, not {plugin:?} that made this volume,",
+            c.parameters
+                .as_ref()
+                .and_then(|p| p.get(PLUGIN_PARAMETER))
+                .map_or("", String::as_str)
+        ),
+        None if name.is_empty() => "the volume names no StorageClass,".to_owned(),
+        None => format!("StorageClass {name:?} no longer exists,"),
+    };
+    let recorded: Vec<String> = pv
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(annotations::PARAMETERS))
+        .and_then(|json| serde_json::from_str::<BTreeMap<String, String>>(json).ok())
+        .map(|m| m.into_keys().collect())
+        .unwrap_or_default();
+    let recorded = if recorded.is_empty() {
+        "none".to_owned()
+    } else {
+        recorded.join(", ")
+    };
+    Some(format!(
+        "{why} so plugin {plugin} got only the class parameters recorded on the volume ({recorded}); \
+         if it needs others, recreate the class with them (and plugin: {plugin}), and list them under \
+         plugins.{plugin}.recordParameters in the sandbox policy so that new volumes record them"
+    ))
+}
+
+/// Whether `class` holds the parameters of `pv`'s plugin: not when it names
+/// another plugin (recreated for it under the same name).
+fn class_fits(pv: &PersistentVolume, class: &StorageClass) -> bool {
+    let made_by = pv
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(annotations::PLUGIN));
+    let names = class
+        .parameters
+        .as_ref()
+        .and_then(|p| p.get(PLUGIN_PARAMETER));
+    match (made_by, names) {
+        (Some(made_by), Some(names)) => made_by == names,
+        _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pv(recorded: Option<&str>) -> PersistentVolume {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "pvc-1", "annotations": {"wasmprov.io/plugin": "p"}},
+            "spec": {"storageClassName": "fast"},
+        }))
+        .map(|mut pv: PersistentVolume| {
+            if let Some(json) = recorded {
+                pv.metadata
+                    .annotations
+                    .as_mut()
+                    .unwrap()
+                    .insert(annotations::PARAMETERS.into(), json.into());
+            }
+            pv
+        })
+        .unwrap()
+    }
+
+    fn class(params: &[(&str, &str)]) -> StorageClass {
+        StorageClass {
+            parameters: Some(
+                params
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    fn parameters(pv: &PersistentVolume) -> serde_json::Value {
+        serde_json::from_str(&pv.metadata.annotations.as_ref().unwrap()[annotations::PARAMETERS])
+            .unwrap()
+    }
+
+    #[test]
+    fn the_class_fills_what_the_volume_does_not_record() {
+        let class = class(&[("plugin", "p"), ("root", "/new"), ("server", "10.0.0.5")]);
+        let pv = pv(Some(r#"{"root":"/recorded"}"#));
+        let completed = with_class_parameters(&pv, Some(&class));
+        assert_eq!(
+            parameters(&completed),
+            serde_json::json!({"root": "/recorded", "server": "10.0.0.5"}),
+            "recorded values win, the class fills the rest, `plugin` is the host's"
+        );
+        assert_eq!(missing_class(&pv, Some(&class)), None);
+        // Nothing recorded at all (the default).
+        let completed = with_class_parameters(&self::pv(None), Some(&class));
+        assert_eq!(
+            parameters(&completed),
+            serde_json::json!({"root": "/new", "server": "10.0.0.5"})
+        );
+    }
+
+    #[test]
+    fn without_its_class_a_volume_keeps_what_it_records_and_says_why() {
+        let pv = pv(Some(r#"{"root":"/recorded"}"#));
+        assert_eq!(with_class_parameters(&pv, None), pv);
+        let note = missing_class(&pv, None).unwrap();
+        assert!(
+            note.starts_with("StorageClass \"fast\" no longer exists"),
+            "{note}"
+        );
+        assert!(note.contains("recorded on the volume (root)"), "{note}");
+        assert!(note.contains("plugins.p.recordParameters"), "{note}");
+
+        // A class recreated for another plugin is not this volume's.
+        let other = class(&[("plugin", "q"), ("server", "x")]);
+        assert_eq!(with_class_parameters(&pv, Some(&other)), pv);
+        let note = missing_class(&pv, Some(&other)).unwrap();
+        assert!(note.contains("now names plugin \"q\", not \"p\""), "{note}");
+
+        // An unreadable annotation is left for the request builder to report.
+        let broken = self::pv(Some("not json"));
+        assert_eq!(
+            with_class_parameters(&broken, Some(&class(&[("plugin", "p"), ("a", "b")]))),
+            broken
+        );
     }
 }

@@ -166,6 +166,8 @@ fn invoke_prints_the_persistent_volume_and_is_idempotent_then_delete_removes_it(
         hostpath.to_str().unwrap(),
         "--pv",
         &pv_file,
+        "--class",
+        &s.class,
         "--policy",
         &s.policy,
     ];
@@ -391,7 +393,15 @@ fn without_a_policy_invoke_and_delete_say_that_none_was_given() {
     assert!(made.status.success(), "{}", stderr(&made));
     let pv = write(s.dir.path(), "pv.yaml", &stdout(&made));
     let delete = |more: &[&str]| {
-        let mut args = vec!["plugin", "delete", hostpath.to_str().unwrap(), "--pv", &pv];
+        let mut args = vec![
+            "plugin",
+            "delete",
+            hostpath.to_str().unwrap(),
+            "--pv",
+            &pv,
+            "--class",
+            &s.class,
+        ];
         args.extend_from_slice(more);
         wasmprov(&args)
     };
@@ -494,7 +504,7 @@ fn invoke_and_delete_refuse_a_link_swapped_in_after_the_check() {
     std::fs::create_dir(&path).unwrap();
     let pv_file = write(s.dir.path(), "pv.yaml", &stdout(&first));
     let deleted = wasmprov(&[
-        "plugin", "delete", misbehave, "--pv", &pv_file, "--policy", &policy,
+        "plugin", "delete", misbehave, "--pv", &pv_file, "--class", &swap, "--policy", &policy,
     ]);
     refused(&deleted);
     assert!(

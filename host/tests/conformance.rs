@@ -17,7 +17,8 @@ use k8s_openapi::api::core::v1::PersistentVolume;
 use support::*;
 use wasmprov::policy::PolicySet;
 use wasmprov::provisioner::{
-    ProvisionError, ProvisionState, ResizeError, ResizeOptions, ResizeState, Resized,
+    with_class_parameters, ProvisionError, ProvisionState, ResizeError, ResizeOptions, ResizeState,
+    Resized,
 };
 use wasmprov::wasm_provisioner::WasmProvisioner;
 
@@ -453,11 +454,12 @@ fn invoke(
     }
 }
 
-/// `plugin delete` of a PersistentVolume `invoke` printed.
+/// `plugin delete` of a PersistentVolume `invoke` printed with `class`.
 fn delete(
     plugin: &str,
     scratch: &Scratch,
     pv: &k8s_openapi::api::core::v1::PersistentVolume,
+    class: &Path,
     policy: Option<&Path>,
 ) -> Result<(), String> {
     let wasm = plugin_path(plugin);
@@ -468,6 +470,8 @@ fn delete(
         wasm.as_os_str(),
         "--pv".as_ref(),
         file.as_os_str(),
+        "--class".as_ref(),
+        class.as_os_str(),
     ];
     if let Some(policy) = policy {
         args.extend(["--policy".as_ref(), policy.as_os_str()]);
@@ -536,7 +540,7 @@ fn nfs_subdir_keeps_hostile_patterns_inside_the_share_and_archives_on_delete() {
     assert!(s.path(&format!("share/escape/{volume}")).is_dir());
     assert!(!s.path("escape").exists() && !s.path("../escape").exists());
 
-    delete("nfs-subdir", &s, &pv, Some(&policy)).unwrap();
+    delete("nfs-subdir", &s, &pv, &class, Some(&policy)).unwrap();
     assert!(!s.path(&format!("share/escape/{volume}")).exists());
     assert!(
         s.path(&format!("share/escape/archived-{volume}")).is_dir(),
@@ -585,7 +589,7 @@ fn quota_dir_writes_the_quota_and_refuses_claims_over_max_bytes() {
         s.path(&format!("volumes/{name}")).display().to_string()
     );
     std::fs::write(s.path(&format!("volumes/{name}/data")), "user data").unwrap();
-    delete("quota-dir", &s, &pv, Some(&policy)).unwrap();
+    delete("quota-dir", &s, &pv, &class, Some(&policy)).unwrap();
     assert!(!s.path(&format!("volumes/{name}")).exists());
 
     let err = invoke(
@@ -639,8 +643,10 @@ async fn provision_quota(
     class: &k8s_openapi::api::storage::v1::StorageClass,
     size: &str,
 ) -> Result<PersistentVolume, ProvisionError> {
+    // As the lifecycle hands it to resize and delete: completed from its class.
     p.provision(&options(pv_name, class.clone(), claim(pv_name, size)))
         .await
+        .map(|pv| with_class_parameters(&pv, Some(class)))
 }
 
 async fn resize_to(
@@ -924,7 +930,7 @@ fn static_pool_hands_out_each_volume_once_and_takes_it_back_on_delete() {
         err.contains("(failed)") && err.contains("no free volume in pool small"),
         "{err}"
     );
-    delete("static-pool", &s, &pv_a, Some(&policy)).unwrap();
+    delete("static-pool", &s, &pv_a, &class, Some(&policy)).unwrap();
     let pv_b = invoke("static-pool", &class, &b, Some(&policy)).unwrap();
     assert_eq!(pv_b.spec.unwrap().nfs.unwrap().path, "/exports/vol-1");
 

@@ -44,6 +44,8 @@ on_both_servers!(
     a_restarted_host_makes_exactly_one_volume_per_claim,
     with_leader_election_only_the_leader_provisions_and_a_standby_takes_over,
     a_claim_deleted_while_its_storage_is_being_created_leaves_nothing_behind,
+    a_claim_deleted_mid_create_whose_clean_up_fails_once_leaves_nothing_behind,
+    class_parameters_stay_on_the_class_and_reach_delete_from_it,
     with_the_claim_finalizer_a_deleted_claim_waits_until_its_storage_is_removed,
     a_volume_being_deleted_is_not_taken_for_the_claims_own,
     with_the_finalizer_a_deleted_bound_volume_keeps_its_storage_until_released,
@@ -599,7 +601,8 @@ async fn one_host_serves_two_classes_with_two_plugins(server: Server) {
     assert_eq!(b.annotations()["wasmprov.io/plugin"], "misbehave");
     assert_eq!(
         b.annotations()["wasmprov.io/parameters"],
-        r#"{"behavior":"ok"}"#
+        "{}",
+        "nothing of the class is recorded by default"
     );
 }
 
@@ -1145,6 +1148,180 @@ async fn a_claim_deleted_while_its_storage_is_being_created_leaves_nothing_behin
 
     c.delete_claim_then_storage_is_removed(&deleted, &attempts, 4)
         .await;
+}
+
+/// Without `--claim-finalizer`: the claim went while its storage was being
+/// created, and the first delete of what was made fails. As in the Go
+/// library, the volume is saved, so it is reclaimed like any released one
+/// (retried) instead of forgotten.
+async fn a_claim_deleted_mid_create_whose_clean_up_fails_once_leaves_nothing_behind(
+    server: Server,
+) {
+    // Slow claim retries, so that the claim is surely deleted before its own
+    // controller gets the volume: the in-progress sweep gets it.
+    let c = Cluster::start_with(server, &[misbehave()], |config| {
+        config.retry_base = Duration::from_secs(2);
+        config.max_retry = Duration::from_secs(2);
+    })
+    .await;
+    c.class(
+        "async",
+        &[
+            ("plugin", "misbehave"),
+            ("behavior", "slow-create"),
+            ("attempts", "3"),
+            ("delete-failures", "1"),
+        ],
+        serde_json::json!({}),
+    )
+    .await;
+    c.claim("data", "async", serde_json::json!({})).await;
+    let uid = c.claims().get("data").await.unwrap().uid().unwrap();
+    let pv_name = format!("pvc-{uid}");
+    let file = |suffix: &str| c.volumes_dir.path().join(format!("{pv_name}.{suffix}"));
+    eventually("the backend started creating", || async {
+        file("attempts").exists().then_some(())
+    })
+    .await;
+    c.delete_claim("data").await;
+
+    eventually_within(
+        Duration::from_secs(30),
+        "the storage made after the claim went is removed",
+        || async { file("deleted").exists().then_some(()) },
+    )
+    .await;
+    assert_eq!(
+        std::fs::read_to_string(file("attempts")).unwrap(),
+        "xxx",
+        "asked until it finished"
+    );
+    assert_eq!(
+        std::fs::read_to_string(file("delete-attempts")).unwrap(),
+        "xx",
+        "the failed clean-up, then the reclaim of the saved volume"
+    );
+    let failed: Vec<Event> = Api::<Event>::all(c.client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.involved_object.name.as_deref() == Some(pv_name.as_str())
+                && e.reason.as_deref() == Some("VolumeFailedDelete")
+        })
+        .collect();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    let message = failed[0].message.clone().unwrap();
+    for want in [
+        "default/data was deleted",
+        "deliberate delete failure (1 of 1)",
+        "saved",
+    ] {
+        assert!(message.contains(want), "{want:?} in {message}");
+    }
+    c.volume_gone(&pv_name).await;
+    assert!(c.no_volumes().await);
+}
+
+/// By default a volume records none of its class's parameters (the Go
+/// library records none either), yet `delete` gets them from the class;
+/// once the class is gone, the failure says so and what to do.
+async fn class_parameters_stay_on_the_class_and_reach_delete_from_it(server: Server) {
+    let c = Cluster::start(server, &[misbehave()]).await;
+    c.class(
+        "echo",
+        &[
+            ("plugin", "misbehave"),
+            ("behavior", "echo-parameters"),
+            ("server", "10.0.0.5"),
+            ("password", "hunter2"),
+        ],
+        serde_json::json!({}),
+    )
+    .await;
+    c.claim("data", "echo", serde_json::json!({})).await;
+    let pv = c.bound_volume("data").await;
+    let name = pv.name_any();
+    let ann = pv.annotations();
+    assert_eq!(ann["misbehave.test/parameters"], "behavior,password,server");
+    assert_eq!(ann["wasmprov.io/parameters"], "{}");
+    let json = serde_json::to_string(&pv).unwrap();
+    assert!(
+        !json.contains("hunter2") && !json.contains("10.0.0.5"),
+        "nothing of the class is on the volume: {json}"
+    );
+
+    // echo-parameters' delete fails, naming what it got: all, from the class.
+    c.delete_claim("data").await;
+    volume_event(
+        &c,
+        &name,
+        "VolumeFailedDelete",
+        "parameters: behavior,password,server",
+    )
+    .await;
+
+    // What the volume records wins over the class: here a failing delete.
+    let patch = serde_json::json!({"metadata": {"annotations": {"wasmprov.io/parameters": r#"{"behavior":"fail"}"#}}});
+    c.volumes()
+        .patch(
+            &name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+    let e = volume_event(&c, &name, "VolumeFailedDelete", "deliberate delete failure").await;
+    assert!(
+        !e.message.unwrap().contains("StorageClass"),
+        "the class is there"
+    );
+    Api::<StorageClass>::all(c.client.clone())
+        .delete("echo", &DeleteParams::default())
+        .await
+        .unwrap();
+    let e = volume_event(
+        &c,
+        &name,
+        "VolumeFailedDelete",
+        "StorageClass \"echo\" no longer exists",
+    )
+    .await;
+    let message = e.message.unwrap();
+    for want in [
+        "recorded on the volume (behavior)",
+        "plugins.misbehave.recordParameters",
+        "misbehave: deliberate delete failure",
+    ] {
+        assert!(message.contains(want), "{want:?} in {message}");
+    }
+    assert!(c.volumes().get_opt(&name).await.unwrap().is_some());
+}
+
+/// The event `reason` on volume `name` whose message contains `containing`.
+async fn volume_event(c: &Cluster, name: &str, reason: &str, containing: &str) -> Event {
+    eventually(
+        &format!("event {reason} on volume {name} containing {containing:?}"),
+        || async {
+            Api::<Event>::all(c.client.clone())
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .find(|e| {
+                    e.involved_object.name.as_deref() == Some(name)
+                        && e.reason.as_deref() == Some(reason)
+                        && e.message
+                            .as_deref()
+                            .unwrap_or_default()
+                            .contains(containing)
+                })
+        },
+    )
+    .await
 }
 
 /// With `--claim-finalizer`, a claim deleted while its backend is still

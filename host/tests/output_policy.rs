@@ -13,7 +13,9 @@ use k8s_openapi::api::core::v1::{Node, PersistentVolume};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use support::*;
 use wasmprov::policy::{DirMode, PolicySet, Preopen, SandboxPolicy};
-use wasmprov::provisioner::{ProvisionError, ProvisionState, ResizeOptions, ResizeState};
+use wasmprov::provisioner::{
+    with_class_parameters, ProvisionError, ProvisionState, ResizeOptions, ResizeState,
+};
 use wasmprov::wasm_provisioner::{WasmProvisioner, MAX_MESSAGE_BYTES, REFUSED_BY_POLICY};
 
 const STEP: Duration = Duration::from_secs(60);
@@ -410,15 +412,9 @@ async fn a_plugin_without_an_output_entry_may_return_nothing() {
     );
 }
 
-#[tokio::test]
-async fn secret_parameters_reach_provision_but_are_never_written_on_the_volume() {
-    let dir = tempfile::tempdir().unwrap();
-    let p = plugin(
-        dir.path(),
-        &format!("secretParameters: [password], output: {MISBEHAVE_OUTPUT}"),
-    )
-    .await;
-    let opts = options(
+/// The class of the parameter tests: one plain parameter, one secret.
+fn echo_options() -> wasmprov::provisioner::ProvisionOptions {
+    options(
         "pvc-secret",
         class(
             "secret",
@@ -429,34 +425,81 @@ async fn secret_parameters_reach_provision_but_are_never_written_on_the_volume()
             ],
         ),
         claim("data", "1Mi"),
-    );
+    )
+}
+
+/// The parameters recorded on `pv`.
+fn recorded(pv: &PersistentVolume) -> serde_json::Value {
+    let annotations = pv.metadata.annotations.as_ref().unwrap();
+    serde_json::from_str(&annotations["wasmprov.io/parameters"]).unwrap()
+}
+
+#[tokio::test]
+async fn secret_parameters_reach_provision_but_are_never_written_on_the_volume() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plugin(
+        dir.path(),
+        &format!("secretParameters: [password], output: {MISBEHAVE_OUTPUT}"),
+    )
+    .await;
+    let opts = echo_options();
     let pv = p.provision(&opts).await.unwrap();
     let annotations = pv.metadata.annotations.clone().unwrap();
     assert_eq!(
         annotations["misbehave.test/parameters"], "behavior,password,server",
         "provision gets every parameter"
     );
-    let recorded = &annotations["wasmprov.io/parameters"];
-    assert!(!recorded.contains("hunter2"), "{recorded}");
-    assert_eq!(
-        serde_json::from_str::<serde_json::Value>(recorded).unwrap(),
-        serde_json::json!({"behavior": "echo-parameters", "server": "10.0.0.5"})
-    );
+    // Nothing of the class is written unless granted (recordParameters).
+    assert_eq!(recorded(&pv), serde_json::json!({}));
+    let json = serde_json::to_string(&pv).unwrap();
     assert!(
-        !serde_json::to_string(&pv).unwrap().contains("hunter2"),
-        "nowhere on the volume"
+        !json.contains("hunter2") && !json.contains("10.0.0.5"),
+        "nowhere on the volume: {json}"
     );
-    let err = p.delete(&pv).await.unwrap_err();
+    // The lifecycle completes the volume from its class for delete; the
+    // secret still never reaches delete.
+    let err = p
+        .delete(&with_class_parameters(&pv, Some(&opts.class)))
+        .await
+        .unwrap_err();
     assert!(
         err.message.ends_with("parameters: behavior,server"),
         "{}",
         err.message
     );
+    // Without its class, delete gets what the volume records: nothing, not
+    // even `behavior`, so misbehave deletes as its default does (success).
+    p.delete(&pv).await.unwrap();
+}
 
-    // Without the grant the parameter is recorded, as before.
-    let p = plugin(dir.path(), &format!("output: {MISBEHAVE_OUTPUT}")).await;
-    let pv = p.provision(&opts).await.unwrap();
-    assert!(pv.metadata.annotations.unwrap()["wasmprov.io/parameters"].contains("hunter2"));
+#[tokio::test]
+async fn record_parameters_writes_only_the_granted_keys_on_the_volume() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = echo_options();
+    for (entry, want) in [
+        (
+            "recordParameters: [server]",
+            serde_json::json!({"server": "10.0.0.5"}),
+        ),
+        (
+            "recordParameters: [\"*\"], secretParameters: [password]",
+            serde_json::json!({"behavior": "echo-parameters", "server": "10.0.0.5"}),
+        ),
+        // All, the secret too: what the operator asked for.
+        (
+            "recordParameters: [\"*\"]",
+            serde_json::json!({"behavior": "echo-parameters", "server": "10.0.0.5", "password": "hunter2"}),
+        ),
+    ] {
+        let p = plugin(dir.path(), &format!("{entry}, output: {MISBEHAVE_OUTPUT}")).await;
+        let pv = p.provision(&opts).await.unwrap();
+        assert_eq!(recorded(&pv), want, "{entry}");
+        assert_eq!(
+            pv.metadata.annotations.as_ref().unwrap()["misbehave.test/parameters"],
+            "behavior,password,server",
+            "{entry}: provision gets every parameter"
+        );
+    }
 }
 
 /// A volume named like the host names them (`pvc-<uid>`), for the claim-bound

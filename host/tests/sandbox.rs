@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use support::*;
 use wasmprov::policy::{DirMode, Preopen};
 use wasmprov::policy::{PolicySet, SandboxPolicy};
-use wasmprov::provisioner::{DeleteState, ProvisionError, ProvisionState};
+use wasmprov::provisioner::{with_class_parameters, DeleteState, ProvisionError, ProvisionState};
 use wasmprov::runtime::FILESYSTEM_TYPES;
 use wasmprov::wasm_provisioner::WasmProvisioner;
 
@@ -520,6 +520,8 @@ async fn an_accepted_directory_cannot_be_swapped_for_a_link_on_a_later_call() {
 
     // So does its delete (a reclaim, or the host's clean-up).
     std::fs::create_dir(&path).unwrap();
+    // As the lifecycle gives it: completed from its class.
+    let pv = with_class_parameters(&pv, Some(&class("test", &params)));
     let err = tokio::time::timeout(STEP, p.delete(&pv))
         .await
         .unwrap()

@@ -87,6 +87,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
     for plugin in ["hostpath", "hostpath-go"] {
         policy += &format!(
             "  {plugin}:\n    preopens:\n      - {{host: {root}, guest: /volumes, mode: read-write}}\n    \
+             recordParameters: [hostRoot, root]\n    \
              output: {{sources: [hostPath], paths: [{root}]}}\n",
             root = host_root.display()
         );

@@ -336,7 +336,8 @@ async fn provision<P: Provisioner>(
                 .inc();
             // The backend made storage nobody will ever find: remove it,
             // with the retries of the save (the Go library's backoffStore).
-            match clean_up(plugin, &pv, ctx).await {
+            let with_class = crate::provisioner::with_class_parameters(&pv, Some(&opts.class));
+            match clean_up(plugin, &with_class, ctx).await {
                 Ok(()) => release_or_log(&claim_now, ctx).await,
                 Err(e) => {
                     let tries = if e.state == DeleteState::Failed {

@@ -4,7 +4,9 @@
 //! backend may finish creating the storage. Like the Go library's
 //! claims-in-progress, the host keeps asking the plugin for that claim until
 //! it gets a final answer, then removes what was made (or, for a Retain
-//! class, saves the volume so an administrator finds it).
+//! class, saves the volume so an administrator finds it). If removing it
+//! fails, the volume is saved as well, and reclaimed from then on like any
+//! released volume.
 //!
 //! This memory dies with the process; `--claim-finalizer` records the same
 //! on the claim itself, and [`finish`] serves both.
@@ -16,8 +18,9 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::api::PostParams;
 use kube::runtime::reflector::ObjectRef;
-use kube::{Api, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 
+use super::reasons::VOLUME_FAILED_DELETE;
 use super::{Context, Error};
 use crate::provisioner::{DeleteState, ProvisionOptions, ProvisionState, Provisioner};
 
@@ -146,15 +149,9 @@ async fn sweep_one<P: Provisioner>(
         }
         ctx.in_progress.mark_gone(uid);
     }
-    match finish(ctx, plugin, opts).await {
-        Ok(Finish::Done) => ctx.in_progress.forget(uid),
-        Ok(Finish::Pending(_)) => ctx.in_progress.missed(uid, |n| ctx.backoff(n)),
-        Err(Error::Delete(message)) => {
-            // Nothing records this storage any more: say so loudly, once.
-            ctx.in_progress.forget(uid);
-            tracing::error!(volume = %opts.pv_name, "{message}; it may have leaked");
-        }
-        Err(e) => return Err(e),
+    match finish(ctx, plugin, opts).await? {
+        Finish::Done => ctx.in_progress.forget(uid),
+        Finish::Pending(_) => ctx.in_progress.missed(uid, |n| ctx.backoff(n)),
     }
     Ok(())
 }
@@ -162,8 +159,9 @@ async fn sweep_one<P: Provisioner>(
 /// What finishing the provisioning of a deleted claim came to.
 #[derive(Debug)]
 pub(super) enum Finish {
-    /// Nothing is left to do: the storage was removed, never made, or (for a
-    /// Retain class) saved as a volume for an administrator to find.
+    /// Nothing is left to do here: the storage was removed or never made,
+    /// or it was saved as a released volume (Retain, or its removal failed),
+    /// which the volume controller reclaims or an administrator finds.
     Done,
     /// The backend is still creating the storage (its message): ask again.
     Pending(String),
@@ -171,7 +169,11 @@ pub(super) enum Finish {
 
 /// Asks the plugin again for the storage of a claim that was deleted while
 /// it was being provisioned, then removes what it made (Delete) or saves it
-/// as a released volume (Retain).
+/// as a released volume (Retain). If removing it fails, it is saved too, as
+/// the Go library does: the PV controller marks it Released and the volume
+/// controller retries the delete like any other (backoff, threshold, events,
+/// metrics, and across restarts, which this memory does not survive).
+/// Only a failed save is an error: the caller keeps the claim and retries.
 pub(super) async fn finish<P: Provisioner>(
     ctx: &Context<P>,
     plugin: &str,
@@ -194,30 +196,52 @@ pub(super) async fn finish<P: Provisioner>(
         }
     };
     if opts.class.reclaim_policy.as_deref() == Some("Retain") {
-        let volumes: Api<PersistentVolume> = Api::all(ctx.client.clone());
-        match volumes.create(&PostParams::default(), &pv).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(e) => return Err(e.into()),
-        }
+        save_released(ctx, &pv).await?;
         tracing::info!(volume = %opts.pv_name, "claim deleted while provisioning; saved the volume (Retain)");
         return Ok(Finish::Done);
     }
-    match ctx.provisioner.delete(plugin, &pv).await {
+    let with_class = crate::provisioner::with_class_parameters(&pv, Some(&opts.class));
+    match ctx.provisioner.delete(plugin, &with_class).await {
         Ok(()) => {}
         Err(e) if e.state == DeleteState::Ignored => {}
         Err(e) => {
-            return Err(Error::Delete(format!(
-                "claim {}/{} was deleted while provisioning; removing the storage made for it (volume {}) failed: {}",
+            let saved = save_released(ctx, &pv).await?;
+            let message = format!(
+                "Claim {}/{} was deleted while its storage was being created, and removing that storage failed: {}. \
+                 The volume was saved so that it is reclaimed like any released volume (retried with backoff)",
                 opts.claim.namespace().unwrap_or_default(),
                 opts.claim.name_any(),
-                opts.pv_name,
                 e.message
-            )))
+            );
+            tracing::warn!(volume = %opts.pv_name, "{message}");
+            ctx.events
+                .warning(
+                    &saved.object_ref(&()),
+                    VOLUME_FAILED_DELETE,
+                    "Deleting",
+                    message,
+                )
+                .await;
+            return Ok(Finish::Done);
         }
     }
     tracing::info!(volume = %opts.pv_name, "claim deleted while provisioning; removed the storage it got");
     Ok(Finish::Done)
+}
+
+/// Saves the volume of a deleted claim; its claimRef names the gone claim,
+/// so the PV controller marks it Released. AlreadyExists is a save by an
+/// earlier try.
+async fn save_released<P>(
+    ctx: &Context<P>,
+    pv: &PersistentVolume,
+) -> Result<PersistentVolume, Error> {
+    let volumes: Api<PersistentVolume> = Api::all(ctx.client.clone());
+    match volumes.create(&PostParams::default(), pv).await {
+        Ok(saved) => Ok(saved),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(pv.clone()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 #[cfg(test)]

@@ -315,7 +315,8 @@ async fn resize<P: Provisioner>(
             .and_then(|q| quantity::parse_bytes(&q.0).ok()),
     };
     let started = Instant::now();
-    match ctx.provisioner.resize(&plugin, &pv, &options).await {
+    let with_class = crate::provisioner::with_class_parameters(&pv, class.as_deref());
+    match ctx.provisioner.resize(&plugin, &with_class, &options).await {
         Ok(resized) => {
             let capacity = Quantity(Bytes(resized.capacity_bytes).to_string());
             save_capacity(&pv, ctx, &capacity, &claim, resized.node_expansion_required).await?;

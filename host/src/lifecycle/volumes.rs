@@ -15,7 +15,9 @@ use super::finalizers;
 use super::reasons::VOLUME_FAILED_DELETE;
 use super::{AfterFailure, Context, Error};
 use crate::metrics::Metrics;
-use crate::provisioner::{annotations, DeleteState, Provisioner};
+use crate::provisioner::{
+    annotations, missing_class, with_class_parameters, DeleteState, Provisioner,
+};
 
 pub(super) async fn reconcile<P: Provisioner>(
     pv: Arc<PersistentVolume>,
@@ -40,12 +42,25 @@ pub(super) async fn reconcile<P: Provisioner>(
         tracing::debug!(volume = %name, "gave up deleting; waiting for a change");
         return Ok(Action::await_change());
     }
-    // A volume a replaced provisioner made: the plugin and parameters come
-    // from a class, given to the plugin as if recorded, never written.
-    let (plugin, pv) = match plugin {
-        Some(plugin) => (plugin, pv),
+    let class_name = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.storage_class_name.as_deref())
+        .unwrap_or_default();
+    let class_label = Metrics::class(class_name);
+    // The volume records only the parameters the policy grants; the plugin
+    // gets the others from the class while it exists. A volume a replaced
+    // provisioner made gets its plugin and parameters from a class too.
+    // Either way in memory only, never written.
+    let (plugin, pv, class_note) = match plugin {
+        Some(plugin) => {
+            let class = ctx.classes.get(&ObjectRef::new(class_name));
+            let missing = missing_class(&pv, class.as_deref());
+            let pv = Arc::new(with_class_parameters(&pv, class.as_deref()));
+            (plugin, pv, missing)
+        }
         None => match adopt(&pv, &ctx) {
-            Ok(adopted) => adopted,
+            Ok((plugin, pv)) => (plugin, pv, None),
             Err(message) => {
                 ctx.events
                     .warning(
@@ -59,12 +74,6 @@ pub(super) async fn reconcile<P: Provisioner>(
             }
         },
     };
-    let class_label = Metrics::class(
-        pv.spec
-            .as_ref()
-            .and_then(|s| s.storage_class_name.as_deref())
-            .unwrap_or_default(),
-    );
     let started = Instant::now();
     match ctx.provisioner.delete(&plugin, &pv).await {
         Ok(()) => {}
@@ -77,15 +86,19 @@ pub(super) async fn reconcile<P: Provisioner>(
                 .delete_failed_total
                 .get_or_create(&class_label)
                 .inc();
+            let message = match class_note {
+                Some(note) => format!("{note}. {}", e.message),
+                None => e.message,
+            };
             ctx.events
                 .warning(
                     &pv.object_ref(&()),
                     VOLUME_FAILED_DELETE,
                     "Deleting",
-                    e.message.clone(),
+                    message.clone(),
                 )
                 .await;
-            return Ok(after_failure(&pv, &ctx, &e.message).await);
+            return Ok(after_failure(&pv, &ctx, &message).await);
         }
     }
     match volumes.delete(&name, &DeleteParams::default()).await {
@@ -112,14 +125,15 @@ fn adopt<P>(
 ) -> Result<(String, Arc<PersistentVolume>), String> {
     let class = |name: &str| ctx.classes.get(&ObjectRef::new(name));
     let adoption = decide::adoption(pv, &ctx.config.names, &ctx.config.adopt_volumes, class)?;
-    let parameters = serde_json::to_string(&adoption.parameters).map_err(|e| e.to_string())?;
     let mut as_made = pv.clone();
-    let annotations = as_made
+    as_made
         .metadata
         .annotations
-        .get_or_insert_with(Default::default);
-    annotations.insert(annotations::PLUGIN.to_owned(), adoption.plugin.clone());
-    annotations.insert(annotations::PARAMETERS.to_owned(), parameters);
+        .get_or_insert_with(Default::default)
+        .insert(annotations::PLUGIN.to_owned(), adoption.plugin.clone());
+    // The adopting class, which may be another than the volume's own.
+    let adopting = class(&adoption.class);
+    let as_made = with_class_parameters(&as_made, adopting.as_deref());
     tracing::info!(volume = %pv.name_any(), plugin = %adoption.plugin, class = %adoption.class, "deleting a volume made by a replaced provisioner (adopted)");
     Ok((adoption.plugin, Arc::new(as_made)))
 }

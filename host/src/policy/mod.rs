@@ -20,6 +20,7 @@
 //!     allowedOutbound: ["10.0.0.5:2049"]      # TCP/UDP peers; default none
 //!     networkFilesystem: false                # true if a preopen is on NFS/CIFS
 //!     secretParameters: [password]            # class parameters never written on a volume
+//!     recordParameters: [hostRoot]            # class parameters written on each volume; "*": all
 //!     output:                                 # what it may return: see [`output`]
 //!       sources: [hostPath]
 //!       paths: [/var/lib/wasmprov/hostpath]
@@ -186,6 +187,29 @@ impl PolicySet {
                 }
                 output.secret_parameters.insert(key);
             }
+            for (i, key) in std::mem::take(&mut spec.record_parameters)
+                .into_iter()
+                .enumerate()
+            {
+                let at = format!("{field}.recordParameters[{i}]");
+                if key.is_empty() || key == crate::provisioner::PLUGIN_PARAMETER {
+                    return Err(invalid(
+                        at,
+                        format!("{key:?} is not a parameter the plugin receives"),
+                    ));
+                }
+                // A secret written on the volume would be readable by anyone
+                // who may read PersistentVolumes: say which list is wrong.
+                if output.secret_parameters.contains(&key) {
+                    return Err(invalid(
+                        at,
+                        format!(
+                            "{key:?} is also listed under {field}.secretParameters, which are never written on a volume; remove it from one of the two"
+                        ),
+                    ));
+                }
+                output.record_parameters.insert(key);
+            }
             let sandbox = spec
                 .resolve(defaults.clone(), &field)
                 .map_err(|(f, m)| invalid(f, m))?;
@@ -294,6 +318,8 @@ struct PluginSpec {
     network_filesystem: bool,
     #[serde(default)]
     secret_parameters: Vec<String>,
+    #[serde(default)]
+    record_parameters: Vec<String>,
     #[serde(default)]
     output: OutputSpec,
 }
@@ -489,12 +515,42 @@ mod tests {
                 "plugins: {a: {secretParameters: [plugin]}}",
                 "plugins.a.secretParameters[0]",
             ),
+            (
+                "plugins: {a: {recordParameters: [plugin]}}",
+                "plugins.a.recordParameters[0]",
+            ),
+            (
+                "plugins: {a: {secretParameters: [password], recordParameters: [server, password]}}",
+                "plugins.a.recordParameters[1]: \"password\" is also listed under plugins.a.secretParameters, which are never written on a volume; remove it from one of the two",
+            ),
         ];
         for (yaml, want) in cases {
             let err = parse(yaml).expect_err(yaml).to_string();
             assert!(err.contains("policy.yaml"), "{err}");
             assert!(err.contains(want), "{yaml}: {err}");
         }
+    }
+
+    #[test]
+    fn only_the_granted_parameters_are_recorded_and_never_a_secret() {
+        let set = parse(
+            "plugins:\n  some: {recordParameters: [server]}\n  \
+             all: {recordParameters: [\"*\"], secretParameters: [password]}\n",
+        )
+        .unwrap();
+        let some = set.output_for("some");
+        assert!(some.records("server"));
+        assert!(!some.records("password") && !some.records("other"));
+        let all = set.output_for("all");
+        assert!(all.records("server") && all.records("anything"));
+        assert!(
+            !all.records("password"),
+            "a secret is never recorded, even under *"
+        );
+        assert!(
+            !set.output_for("unlisted").records("server"),
+            "nothing is recorded by default"
+        );
     }
 
     #[test]

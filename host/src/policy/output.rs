@@ -133,14 +133,28 @@ pub struct OutputPolicy {
     pub annotation_prefixes: Vec<String>,
     /// Class parameters given to `provision` but never written on the
     /// volume (the plugin entry's `secretParameters`), so that whoever may
-    /// read PersistentVolumes cannot read them; `delete` does not get them.
+    /// read PersistentVolumes cannot read them; `delete` and `resize` do not
+    /// get them.
     pub secret_parameters: BTreeSet<String>,
+    /// Class parameters written on each volume (the plugin entry's
+    /// `recordParameters`; `*`: all but the secrets). None by default, as in
+    /// the Go library: `delete` and `resize` get the rest from the volume's
+    /// StorageClass while it exists.
+    pub record_parameters: BTreeSet<String>,
     /// The largest capacity the plugin may return, on provision and resize.
     pub max_capacity_bytes: u64,
     /// A volume's location (its directory, NFS path or CSI handle) must name
     /// the volume (`pvc-<uid>`), so one claim is never handed another's
     /// storage. Off only for plugins handing out existing storage (pools).
     pub require_volume_name: bool,
+}
+
+impl OutputPolicy {
+    /// Whether the class parameter `key` is written on the volumes made.
+    pub fn records(&self, key: &str) -> bool {
+        !self.secret_parameters.contains(key)
+            && (self.record_parameters.contains("*") || self.record_parameters.contains(key))
+    }
 }
 
 impl Default for OutputPolicy {
@@ -155,6 +169,7 @@ impl Default for OutputPolicy {
             label_prefixes: Vec::new(),
             annotation_prefixes: Vec::new(),
             secret_parameters: BTreeSet::new(),
+            record_parameters: BTreeSet::new(),
             max_capacity_bytes: DEFAULT_MAX_CAPACITY,
             require_volume_name: true,
         }

@@ -105,7 +105,7 @@ impl WasmProvisioner {
         let provenance = volume::Provenance {
             plugin: name,
             digest: self.plugin.digest(),
-            secret_parameters: &self.output.secret_parameters,
+            output: &self.output,
         };
         let rejection = match volume::build(opts, &volume, &provenance) {
             Ok(pv) => {
@@ -138,7 +138,8 @@ impl WasmProvisioner {
         volume: &wit::Volume,
         rejection: String,
     ) -> ProvisionError {
-        let request = request::rejected_volume_request(opts, volume);
+        let mut request = request::rejected_volume_request(opts, volume);
+        self.without_secrets(&mut request);
         let failure = match self.plugin.delete(&request).await {
             Ok(Ok(())) | Ok(Err(wit::DeleteError::Ignored(_))) => None,
             Ok(Err(wit::DeleteError::Failed(m))) => {
@@ -158,6 +159,13 @@ impl WasmProvisioner {
         }
     }
 
+    /// Only `provision` gets the `secretParameters`: the parameters of a
+    /// delete or resize may come from the class, which holds them.
+    fn without_secrets(&self, request: &mut wit::DeleteRequest) {
+        let secrets = &self.output.secret_parameters;
+        request.parameters.retain(|(key, _)| !secrets.contains(key));
+    }
+
     /// Whether the plugin grows volumes (it exports `resizer`).
     pub fn can_resize(&self) -> bool {
         self.plugin.can_resize()
@@ -171,7 +179,8 @@ impl WasmProvisioner {
     ) -> Result<Resized, ResizeError> {
         let name = self.plugin.name();
         let failed = |m: String| ResizeError::new(ResizeState::Failed, m);
-        let volume = request::delete_request(pv).map_err(|e| failed(e.message))?;
+        let mut volume = request::delete_request(pv).map_err(|e| failed(e.message))?;
+        self.without_secrets(&mut volume);
         let pv_name = volume.pv_name.clone();
         if !self.can_resize() {
             return Err(ResizeError::new(
@@ -229,7 +238,8 @@ impl WasmProvisioner {
     /// Asks the plugin to delete the storage of a released volume.
     pub async fn delete(&self, pv: &PersistentVolume) -> Result<(), DeleteError> {
         let name = self.plugin.name();
-        let request = request::delete_request(pv)?;
+        let mut request = request::delete_request(pv)?;
+        self.without_secrets(&mut request);
         match self.plugin.delete(&request).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(wit::DeleteError::Failed(m))) => Err(DeleteError::failed(format!(

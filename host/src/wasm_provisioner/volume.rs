@@ -1,6 +1,6 @@
 //! The plugin's returned volume → a validated PersistentVolume.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, ObjectReference, PersistentVolume,
@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+use crate::policy::OutputPolicy;
 use crate::provisioner::{annotations, ProvisionOptions};
 use crate::quantity::{self, Bytes};
 use crate::runtime::bindings::types as wit;
@@ -21,8 +22,9 @@ use super::source;
 pub struct Provenance<'a> {
     pub plugin: &'a str,
     pub digest: &'a str,
-    /// Class parameters not to record (secrets).
-    pub secret_parameters: &'a BTreeSet<String>,
+    /// Says which class parameters to record (`recordParameters` less
+    /// `secretParameters`).
+    pub output: &'a OutputPolicy,
 }
 
 /// Builds the PersistentVolume for `opts` from the plugin's answer. Every
@@ -74,8 +76,10 @@ pub fn build(
         }
         annotations_map.insert(k.clone(), v.clone());
     }
+    // Only what the operator granted: the rest stays on the class, and
+    // delete and resize get it from there.
     let mut parameters = plugin_parameters(class);
-    parameters.retain(|key, _| !provenance.secret_parameters.contains(key));
+    parameters.retain(|key, _| provenance.output.records(key));
     let parameters = serde_json::to_string(&parameters).map_err(|e| e.to_string())?;
     annotations_map.insert(
         annotations::PROVISIONED_BY.to_owned(),

@@ -647,8 +647,10 @@ impl Suite {
         pv: &PersistentVolume,
         options: &ResizeOptions,
     ) -> Result<Resized, ResizeError> {
+        // As the host does: what the volume does not record comes from its class.
+        let pv = crate::provisioner::with_class_parameters(pv, Some(&self.class));
         let started = Instant::now();
-        let result = self.provisioner.resize(pv, options).await;
+        let result = self.provisioner.resize(&pv, options).await;
         self.record_call(started.elapsed());
         if let Err(e) = &result {
             self.record_sandbox_failure(check, &e.message);
@@ -689,8 +691,9 @@ impl Suite {
 
     /// One delete through the host's own code, recording what was seen.
     async fn delete_call(&mut self, check: &str, pv: &PersistentVolume) -> Result<(), DeleteError> {
+        let pv = crate::provisioner::with_class_parameters(pv, Some(&self.class));
         let started = Instant::now();
-        let result = self.provisioner.delete(pv).await;
+        let result = self.provisioner.delete(&pv).await;
         self.record_call(started.elapsed());
         if let Err(e) = &result {
             self.record_sandbox_failure(check, &e.message);

@@ -83,6 +83,10 @@ pub struct DeleteArgs {
     /// The PersistentVolume to delete (YAML or JSON), as `invoke` printed it.
     #[arg(long, value_name = "FILE")]
     pub pv: PathBuf,
+    /// The StorageClass it was made with (YAML or JSON): like the host, the
+    /// plugin gets the class parameters the volume does not record from it.
+    #[arg(long, value_name = "FILE")]
+    pub class: Option<PathBuf>,
 }
 
 pub async fn run(cmd: PluginCommand) -> anyhow::Result<ExitCode> {
@@ -392,8 +396,22 @@ async fn invoke(args: InvokeArgs) -> anyhow::Result<ExitCode> {
 
 async fn delete(args: DeleteArgs) -> anyhow::Result<ExitCode> {
     let pv: PersistentVolume = read_object(&args.pv, "--pv")?;
+    let class: Option<StorageClass> = args
+        .class
+        .as_deref()
+        .map(|p| read_object(p, "--class"))
+        .transpose()?;
     let loaded = load(&args.plugin).await?;
     let name = pv.metadata.name.clone().unwrap_or_default();
+    let note = match &class {
+        Some(class) => crate::provisioner::missing_class(&pv, Some(class)),
+        None => Some(
+            "the plugin got only the class parameters recorded on the volume; pass the StorageClass \
+             it was made with as --class, as the host gets the others from the volume's class"
+                .to_owned(),
+        ),
+    };
+    let pv = crate::provisioner::with_class_parameters(&pv, class.as_ref());
     match loaded.provisioner.delete(&pv).await {
         Ok(()) => {
             println!("deleted the storage of PersistentVolume {name}");
@@ -401,6 +419,9 @@ async fn delete(args: DeleteArgs) -> anyhow::Result<ExitCode> {
         }
         Err(e) => {
             eprintln!("error: {}", e.message);
+            if let Some(note) = note {
+                eprintln!("note: {note}");
+            }
             loaded.print_sandbox_note();
             Ok(ExitCode::FAILURE)
         }
