@@ -77,6 +77,8 @@ on_both_servers!(
     a_volume_is_never_shrunk,
     the_retry_interval_flags_pace_a_failing_claim,
     a_failing_expansion_is_retried_with_backoff_not_on_its_own_writes,
+    a_failed_expansion_is_replaced_by_a_smaller_request,
+    a_host_that_stopped_between_saving_the_volume_and_the_claim_still_leaves_the_filesystem_step,
 );
 
 /// A cluster (real or simulated, with one node) with a wasmprov host
@@ -3023,4 +3025,181 @@ async fn a_failing_expansion_is_retried_with_backoff_not_on_its_own_writes(serve
     c.event("data", "VolumeResizeFailed", "deliberate resize failure")
         .await;
     assert!(resize_calls(&c, &pv).iter().all(|&b| b == 2 << 30));
+}
+
+/// A claim of class `name` served by misbehave-resizer with `params`,
+/// allowing expansion: its volume once Bound.
+async fn resizer_claim(c: &Cluster, class: &str, params: &[(&str, &str)]) -> PersistentVolume {
+    let mut all = vec![("plugin", "resizer")];
+    all.extend_from_slice(params);
+    c.class(
+        class,
+        &all,
+        serde_json::json!({"allowVolumeExpansion": true}),
+    )
+    .await;
+    c.claim("data", class, serde_json::json!({})).await;
+    c.bound_volume("data").await
+}
+
+/// The claim's `allocatedResourceStatuses.storage`, if any.
+fn resize_state(claim: &PersistentVolumeClaim) -> Option<String> {
+    claim
+        .status
+        .as_ref()
+        .and_then(|s| s.allocated_resource_statuses.as_ref())
+        .and_then(|s| s.get("storage").cloned())
+}
+
+/// An expansion the backend failed (not one it may still be working on) is
+/// replaced by a smaller request, as external-resizer allows: the old,
+/// larger size was retried forever.
+async fn a_failed_expansion_is_replaced_by_a_smaller_request(server: Server) {
+    // No retry within the test: each call below is the user's doing.
+    let c = Cluster::start_with(server, &[resizer()], |config| {
+        config.retry_base = Duration::from_secs(60);
+        config.max_retry = Duration::from_secs(60);
+    })
+    .await;
+    let pv = resizer_claim(
+        &c,
+        "capped",
+        &[("resize", "fail-above"), ("max-bytes", "3221225472")],
+    )
+    .await;
+
+    ask_for(&c, "data", "10Gi");
+    c.event("data", "VolumeResizeFailed", "above max-bytes")
+        .await;
+    let claims = c.claims();
+    let failed = eventually("the failed expansion is still in progress", || async {
+        let claim = claims.get("data").await.ok()?;
+        let failed = claim
+            .status
+            .as_ref()?
+            .conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "ControllerResizeError");
+        (failed && resize_state(&claim).as_deref() == Some("ControllerResizeInProgress"))
+            .then_some(claim)
+    })
+    .await;
+    assert_eq!(
+        storage_bytes(failed.status.as_ref().unwrap().allocated_resources.as_ref()),
+        Some(10 << 30)
+    );
+    assert_eq!(resize_calls(&c, &pv), [10 << 30]);
+
+    ask_for(&c, "data", "2Gi");
+    let claim = holding(&c, "data", 2 << 30).await;
+    assert_eq!(resize_state(&claim), None, "the expansion is over");
+    assert_eq!(
+        resize_calls(&c, &pv),
+        [10 << 30, 2 << 30],
+        "the smaller request replaced the failed one at once"
+    );
+    c.event("data", "VolumeResizeSuccessful", "2Gi").await;
+}
+
+/// The host saved a volume's new size with the node step still to do, then
+/// stopped before marking the claim (or the claim's patch conflicted). The
+/// next look must leave the claim to the kubelet, not mark it done: the
+/// filesystem would never grow.
+async fn a_host_that_stopped_between_saving_the_volume_and_the_claim_still_leaves_the_filesystem_step(
+    server: Server,
+) {
+    let mut c = Cluster::start(server, &[resizer()]).await;
+    let pv = resizer_claim(&c, "block", &[("resize", "node")]).await;
+    c.stop_host().await;
+    // What `save_capacity` leaves: the claim in progress to 2Gi, the volume
+    // at 2Gi with its size before.
+    ask_for(&c, "data", "2Gi");
+    c.api.kubectl(&[
+        "patch", "pvc", "data", "-n", "default", "--subresource=status", "--type=merge", "-p",
+        r#"{"status":{"allocatedResources":{"storage":"2Gi"},"allocatedResourceStatuses":{"storage":"ControllerResizeInProgress"}}}"#,
+    ]);
+    c.api.kubectl(&[
+        "patch", "pv", &pv.name_any(), "--type=merge", "-p",
+        r#"{"metadata":{"annotations":{"volume.alpha.kubernetes.io/pre-resize-capacity":"1Gi"}},"spec":{"capacity":{"storage":"2Gi"}}}"#,
+    ]);
+
+    c.start_host(c._plugins_dir.path().to_owned()).await;
+    let claims = c.claims();
+    let claim = eventually("the claim waits for the kubelet", || async {
+        let claim = claims.get("data").await.ok()?;
+        (resize_state(&claim).as_deref() == Some("NodeResizePending")).then_some(claim)
+    })
+    .await;
+    c.event("data", "FileSystemResizeRequired", "file system resize")
+        .await;
+    let status = claim.status.as_ref().unwrap();
+    assert_eq!(
+        storage_bytes(status.capacity.as_ref()),
+        Some(1 << 30),
+        "the kubelet records the size"
+    );
+    assert!(
+        status
+            .conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "FileSystemResizePending"),
+        "{status:?}"
+    );
+    assert!(
+        !claim
+            .annotations()
+            .contains_key("volume.kubernetes.io/node-expansion-not-required"),
+        "the kubelet must still grow the filesystem"
+    );
+    assert!(
+        resize_calls(&c, &pv).is_empty(),
+        "the volume already held 2Gi"
+    );
+    // And it stays so.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let later = claims.get("data").await.unwrap();
+    assert_eq!(resize_state(&later).as_deref(), Some("NodeResizePending"));
+    assert!(c
+        .events_for("data")
+        .await
+        .iter()
+        .all(|e| e.reason.as_deref() != Some("VolumeResizeSuccessful")));
+}
+
+/// A claim asked to grow while the host was down: when the host starts,
+/// its volume may not be in the cache yet (here the volumes cannot be
+/// listed for a while). Only the cache is read meanwhile, and the volume
+/// grows as soon as it is cached, not at the next resync (15 minutes).
+/// Simulator only: the real server cannot fail one list on demand.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expansion_asked_while_the_host_was_down_is_done_when_its_volume_is_cached() {
+    let (mut c, _pv) = growable_claim(Server::Simulated).await;
+    c.stop_host().await;
+    ask_for(&c, "data", "2Gi");
+    c.sim().faults().fail_requests(
+        kube_sim::FailureRule::new(1.0, kube_sim::FailWith::Internal)
+            .verbs(&["list", "watch"])
+            .resources(&["persistentvolumes"]),
+    );
+    let client = c.client_with_token("the-host").await;
+    c.start_host_with_client(c._plugins_dir.path().to_owned(), client)
+        .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        c.requests_of("the-host", "patch", "persistentvolumeclaims"),
+        0,
+        "nothing is written before the volume is known"
+    );
+    assert_eq!(plugin_calls(&c.metrics, "hostpath", "resize"), 0);
+
+    c.sim().faults().clear();
+    let claims = c.claims();
+    eventually_within(Duration::from_secs(40), "the claim holds 2Gi", || async {
+        let found = claims.get("data").await.ok()?;
+        (storage_bytes(found.status.as_ref()?.capacity.as_ref())? == 2 << 30).then_some(())
+    })
+    .await;
+    assert_eq!(plugin_calls(&c.metrics, "hostpath", "resize"), 1);
 }

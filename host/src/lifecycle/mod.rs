@@ -108,8 +108,6 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error("{0}")]
     Provision(String),
-    #[error("{0}")]
-    Delete(String),
 }
 
 /// Shared state of the reconcilers.
@@ -130,6 +128,11 @@ struct Context<P> {
     failures: Mutex<HashMap<String, Failures>>,
     /// Resyncs so far: giving up lasts until the next one.
     resyncs: tokio::sync::watch::Receiver<u64>,
+    /// Claims (uid) whose last expansion attempt failed for sure (not
+    /// in-background): the backend is not working on that size, so a
+    /// smaller request may replace it (external-resizer's final errors;
+    /// forgotten on restart, as there).
+    resize_final_errors: Mutex<std::collections::HashSet<String>>,
 }
 
 /// The failures of one claim or volume.
@@ -199,6 +202,12 @@ impl<P> Context<P> {
         let (failed, at) = all.get(uid)?.retry.as_ref()?;
         let left = at.checked_duration_since(std::time::Instant::now())?;
         (failed == version && !left.is_zero()).then_some(left)
+    }
+
+    fn lock_final_errors(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+        self.resize_final_errors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     fn succeed(&self, uid: &str) {
@@ -306,6 +315,7 @@ pub async fn run<P: Provisioner>(
         volumes: volumes.store(),
         claims: claims.store(),
         failures: Mutex::default(),
+        resize_final_errors: Mutex::default(),
         resyncs: resyncs.clone(),
         config: config.clone(),
     });
@@ -437,6 +447,7 @@ mod tests {
             metrics: Arc::default(),
             in_progress: Default::default(),
             failures: Mutex::default(),
+            resize_final_errors: Mutex::default(),
             resyncs: tokio::sync::watch::channel(0).1,
         }
     }

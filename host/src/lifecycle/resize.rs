@@ -66,6 +66,10 @@ const RESIZE_CONDITIONS: &[&str] = &[
 /// happen as asked (the user must change something).
 const INFEASIBLE_RETRY: Duration = Duration::from_secs(300);
 
+/// How soon to look again at an expansion whose volume is not yet in the
+/// cache (a restart or failover: the claims can be seen before the volumes).
+const WAIT_FOR_VOLUME: Duration = Duration::from_secs(1);
+
 /// What a bound claim needs from its volume.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ResizePlan {
@@ -75,8 +79,16 @@ pub enum ResizePlan {
     /// Grow the volume to `bytes` with `plugin`.
     Grow { plugin: String, bytes: u64 },
     /// The volume already holds what the claim asks (a recovery to a size
-    /// it has, or a restart after the volume was saved): record its size.
-    Finish { capacity: Quantity },
+    /// it has, or a restart after the volume was saved): record its size,
+    /// or, when the volume says its filesystem must still grow, leave the
+    /// claim to the kubelet.
+    Finish {
+        capacity: Quantity,
+        node_expansion: bool,
+    },
+    /// An expansion is wanted but the claim's volume is not in the cache
+    /// yet (the host just started): look again shortly.
+    WaitForVolume,
     /// It cannot be grown here, and why (for a Warning on the claim).
     Refuse(String),
 }
@@ -84,12 +96,15 @@ pub enum ResizePlan {
 /// Decides what a claim needs. `pv` and `class` are the claim's volume and
 /// StorageClass if known. The target is the claim's request, except while
 /// an expansion is in progress: then the size being made
-/// (`allocatedResources`), which the backend may be working on.
+/// (`allocatedResources`), which the backend may be working on, unless its
+/// last attempt failed for sure (`final_error`), when a smaller request may
+/// replace it (as external-resizer allows).
 pub fn plan(
     claim: &PersistentVolumeClaim,
     pv: Option<&PersistentVolume>,
     class: Option<&StorageClass>,
     names: &Names,
+    final_error: bool,
 ) -> ResizePlan {
     let (Some(spec), Some(status)) = (claim.spec.as_ref(), claim.status.as_ref()) else {
         return ResizePlan::Nothing;
@@ -121,7 +136,7 @@ pub fn plan(
         return ResizePlan::Nothing;
     }
     let Some(pv) = pv else {
-        return ResizePlan::Nothing;
+        return ResizePlan::WaitForVolume;
     };
     let claim_ref = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
     if provisioned_by(pv, names).is_none()
@@ -141,15 +156,27 @@ pub fn plan(
     let pv_capacity = pv.spec.as_ref().and_then(|s| s.capacity.as_ref());
     let pv_size = storage(pv_capacity).unwrap_or(0);
     let target = match allocated {
-        Some(allocated) if in_progress => allocated,
+        Some(allocated) if in_progress && !final_error => allocated,
         _ => request,
     };
     if pv_size >= target {
+        // Saved with the node step still to do (the claim was not marked
+        // before a restart or a conflict): the kubelet must still grow the
+        // filesystem, so the claim must not be marked done.
+        let node_expansion = pv
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(keys::PRE_RESIZE_CAPACITY))
+            && capacity < pv_size;
         let capacity = pv_capacity
             .and_then(|c| c.get("storage"))
             .cloned()
             .unwrap_or_else(|| Quantity(Bytes(target).to_string()));
-        return ResizePlan::Finish { capacity };
+        return ResizePlan::Finish {
+            capacity,
+            node_expansion,
+        };
     }
     let class_name = spec.storage_class_name.as_deref().unwrap_or_default();
     if class.and_then(|c| c.allow_volume_expansion) != Some(true) {
@@ -241,24 +268,37 @@ async fn resize<P: Provisioner>(
         .and_then(|name| ctx.volumes.get(&ObjectRef::new(name)));
     let class_name = claim_class(claim);
     let class = ctx.classes.get(&ObjectRef::new(&class_name));
-    let plan = plan(claim, pv.as_deref(), class.as_deref(), &ctx.config.names);
+    let uid = format!("{}/resize", claim.uid().unwrap_or_default());
+    let final_error = ctx.lock_final_errors().contains(&uid);
+    let plan = plan(
+        claim,
+        pv.as_deref(),
+        class.as_deref(),
+        &ctx.config.names,
+        final_error,
+    );
     let reference = claim.object_ref(&());
     let (pv, plugin, bytes) = match plan {
         ResizePlan::Nothing => return Ok(Action::await_change()),
+        // Only the cache is read meanwhile: no request.
+        ResizePlan::WaitForVolume => return Ok(Action::requeue(WAIT_FOR_VOLUME)),
         ResizePlan::Refuse(message) => {
             ctx.events
                 .warning(&reference, VOLUME_RESIZE_FAILED, "Resizing", message)
                 .await;
             return Ok(Action::requeue(INFEASIBLE_RETRY));
         }
-        ResizePlan::Finish { capacity } => {
-            finish(claim, ctx, capacity, false).await?;
+        ResizePlan::Finish {
+            capacity,
+            node_expansion,
+        } => {
+            finish(claim, ctx, capacity, node_expansion).await?;
+            ctx.lock_final_errors().remove(&uid);
             return Ok(Action::await_change());
         }
         ResizePlan::Grow { plugin, bytes } => (pv.expect("planned with a volume"), plugin, bytes),
     };
     // Failures of the resize are counted apart from the provision's.
-    let uid = format!("{}/resize", claim.uid().unwrap_or_default());
     let version = resize_version(claim, ctx);
     if let Some(left) = ctx.backing_off(&uid, &version) {
         return Ok(Action::requeue(left));
@@ -322,6 +362,7 @@ async fn resize<P: Provisioner>(
             save_capacity(&pv, ctx, &capacity, &claim, resized.node_expansion_required).await?;
             finish(&claim, ctx, capacity, resized.node_expansion_required).await?;
             ctx.succeed(&uid);
+            ctx.lock_final_errors().remove(&uid);
             ctx.metrics.resize_total.get_or_create(&class_label).inc();
             ctx.metrics
                 .resize_duration
@@ -335,6 +376,14 @@ async fn resize<P: Provisioner>(
                 .resize_failed_total
                 .get_or_create(&class_label)
                 .inc();
+            // The backend may still be working on this size unless it
+            // failed for sure.
+            let certain = matches!(e.state, ResizeState::Failed | ResizeState::Infeasible);
+            if certain {
+                ctx.lock_final_errors().insert(uid.clone());
+            } else {
+                ctx.lock_final_errors().remove(&uid);
+            }
             let min_delay = match e.state {
                 ResizeState::NoChange => Duration::ZERO,
                 ResizeState::InBackground => {
@@ -498,8 +547,8 @@ async fn mark_error<P>(
     Ok(())
 }
 
-/// Saves the volume's new size (and, when the node must still grow its
-/// filesystem, its size before, for the kubelet).
+/// Saves the volume's new size and, when the node must still grow its
+/// filesystem, its size before (for the kubelet; removed otherwise).
 async fn save_capacity<P>(
     pv: &PersistentVolume,
     ctx: &Context<P>,
@@ -507,20 +556,22 @@ async fn save_capacity<P>(
     claim: &PersistentVolumeClaim,
     node_expansion: bool,
 ) -> Result<(), Error> {
-    let mut patch = json!({"spec": {"capacity": {"storage": capacity}}});
-    let has_pre_resize = pv
-        .metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(keys::PRE_RESIZE_CAPACITY));
-    if node_expansion && !has_pre_resize {
-        let before = claim
-            .status
-            .as_ref()
-            .and_then(|s| s.capacity.as_ref())
-            .and_then(|c| c.get("storage"));
-        patch["metadata"] = json!({"annotations": {keys::PRE_RESIZE_CAPACITY: before}});
-    }
+    // The annotation is the durable record that the node step is still to
+    // do: a restart or a conflict before the claim is marked reads it
+    // (ResizePlan::Finish), so it is set or removed with the capacity.
+    let before = node_expansion
+        .then(|| {
+            claim
+                .status
+                .as_ref()
+                .and_then(|s| s.capacity.as_ref())
+                .and_then(|c| c.get("storage"))
+        })
+        .flatten();
+    let patch = json!({
+        "metadata": {"annotations": {keys::PRE_RESIZE_CAPACITY: before}},
+        "spec": {"capacity": {"storage": capacity}},
+    });
     Api::<PersistentVolume>::all(ctx.client.clone())
         .patch(
             &pv.name_any(),
@@ -659,6 +710,7 @@ mod tests {
             Some(&pv("1Gi", Some("hostpath"))),
             Some(&class(Some(true))),
             &names(),
+            false,
         );
         assert_eq!(plan, grow(2 * GI));
     }
@@ -673,7 +725,8 @@ mod tests {
                 &claim("1Gi", "1Gi", None, None),
                 Some(&pv1),
                 Some(&class),
-                &ours
+                &ours,
+                false
             ),
             ResizePlan::Nothing
         );
@@ -686,7 +739,8 @@ mod tests {
                 &claim("2Gi", "1Gi", None, None),
                 Some(&pv1),
                 Some(&class),
-                &other
+                &other,
+                false
             ),
             ResizePlan::Nothing
         );
@@ -705,7 +759,8 @@ mod tests {
                 &claim("2Gi", "1Gi", None, None),
                 Some(&stolen),
                 Some(&class),
-                &ours
+                &ours,
+                false
             ),
             ResizePlan::Nothing
         );
@@ -715,14 +770,21 @@ mod tests {
                 &claim("2Gi", "1Gi", Some(keys::NODE_RESIZE_PENDING), Some("2Gi")),
                 Some(&pv("2Gi", Some("hostpath"))),
                 Some(&class),
-                &ours
+                &ours,
+                false
             ),
             ResizePlan::Nothing
         );
-        // Not in the cache yet.
+        // Not in the cache yet: looked at again soon.
         assert_eq!(
-            plan(&claim("2Gi", "1Gi", None, None), None, Some(&class), &ours),
-            ResizePlan::Nothing
+            plan(
+                &claim("2Gi", "1Gi", None, None),
+                None,
+                Some(&class),
+                &ours,
+                false
+            ),
+            ResizePlan::WaitForVolume
         );
     }
 
@@ -734,6 +796,7 @@ mod tests {
             Some(&pv("1Gi", Some("hostpath"))),
             Some(&class(None)),
             &names(),
+            false,
         ) else {
             panic!("refused")
         };
@@ -746,6 +809,7 @@ mod tests {
             Some(&pv("1Gi", None)),
             Some(&class(Some(true))),
             &names(),
+            false,
         ) else {
             panic!("refused")
         };
@@ -764,7 +828,7 @@ mod tests {
             Some("10Gi"),
         );
         assert_eq!(
-            plan(&lowered, Some(&pv1), Some(&class), &names()),
+            plan(&lowered, Some(&pv1), Some(&class), &names(), false),
             grow(10 * GI)
         );
         // Recovery: after infeasible, the user asks for less.
@@ -775,7 +839,7 @@ mod tests {
             Some("10Gi"),
         );
         assert_eq!(
-            plan(&recovered, Some(&pv1), Some(&class), &names()),
+            plan(&recovered, Some(&pv1), Some(&class), &names(), false),
             grow(3 * GI)
         );
     }
@@ -785,7 +849,7 @@ mod tests {
         let pv2 = pv("2Gi", Some("hostpath"));
         let class = class(Some(true));
         let shrunk = claim("1Gi", "2Gi", None, Some("2Gi"));
-        let ResizePlan::Refuse(m) = plan(&shrunk, Some(&pv2), Some(&class), &names()) else {
+        let ResizePlan::Refuse(m) = plan(&shrunk, Some(&pv2), Some(&class), &names(), false) else {
             panic!("refused")
         };
         assert!(
@@ -795,7 +859,7 @@ mod tests {
         // Provisioned larger than asked (rounded up), never expanded.
         let rounded = claim("1Gi", "2Gi", None, None);
         assert_eq!(
-            plan(&rounded, Some(&pv2), Some(&class), &names()),
+            plan(&rounded, Some(&pv2), Some(&class), &names(), false),
             ResizePlan::Nothing
         );
     }
@@ -814,11 +878,79 @@ mod tests {
                 &claim,
                 Some(&pv("2Gi", Some("hostpath"))),
                 Some(&class(Some(true))),
-                &names()
+                &names(),
+                false
             ),
             ResizePlan::Finish {
-                capacity: Quantity("2Gi".into())
+                capacity: Quantity("2Gi".into()),
+                node_expansion: false,
             }
+        );
+    }
+
+    #[test]
+    fn a_volume_saved_with_its_node_step_to_do_leaves_the_claim_to_the_kubelet() {
+        let claim = claim(
+            "2Gi",
+            "1Gi",
+            Some(keys::CONTROLLER_RESIZE_IN_PROGRESS),
+            Some("2Gi"),
+        );
+        let mut saved = pv("2Gi", Some("hostpath"));
+        saved
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(keys::PRE_RESIZE_CAPACITY.into(), "1Gi".into());
+        let finish = |pv: &PersistentVolume| {
+            plan(&claim, Some(pv), Some(&class(Some(true))), &names(), false)
+        };
+        assert_eq!(
+            finish(&saved),
+            ResizePlan::Finish {
+                capacity: Quantity("2Gi".into()),
+                node_expansion: true,
+            }
+        );
+        // A stale record of an earlier expansion the claim already holds.
+        let mut done = claim.clone();
+        done.status.as_mut().unwrap().capacity =
+            Some([("storage".to_owned(), Quantity("2Gi".into()))].into());
+        assert_eq!(
+            plan(
+                &done,
+                Some(&saved),
+                Some(&class(Some(true))),
+                &names(),
+                false
+            ),
+            ResizePlan::Finish {
+                capacity: Quantity("2Gi".into()),
+                node_expansion: false,
+            }
+        );
+    }
+
+    #[test]
+    fn a_failed_expansion_in_progress_may_be_replaced_by_a_smaller_request() {
+        let lowered = claim(
+            "3Gi",
+            "1Gi",
+            Some(keys::CONTROLLER_RESIZE_IN_PROGRESS),
+            Some("10Gi"),
+        );
+        let pv1 = pv("1Gi", Some("hostpath"));
+        let class = class(Some(true));
+        assert_eq!(
+            plan(&lowered, Some(&pv1), Some(&class), &names(), true),
+            grow(3 * GI),
+            "the backend failed for sure: the new request"
+        );
+        assert_eq!(
+            plan(&lowered, Some(&pv1), Some(&class), &names(), false),
+            grow(10 * GI),
+            "the backend may still be growing to 10Gi"
         );
     }
 
