@@ -236,7 +236,9 @@ impl Metrics {
         }
     }
 
-    /// The provisioning labels of a claim, as the Go library reads them.
+    /// The provisioning labels of a claim, as the Go library reads them
+    /// (`spec.storageClassName` only, not the beta class annotation the
+    /// lifecycle honours: dashboards see the same labels).
     pub fn provision_labels(claim: &PersistentVolumeClaim) -> ProvisionLabels {
         let spec = claim.spec.as_ref();
         ProvisionLabels {

@@ -78,6 +78,7 @@ on_both_servers!(
     the_retry_interval_flags_pace_a_failing_claim,
     a_failing_expansion_is_retried_with_backoff_not_on_its_own_writes,
     a_failed_expansion_is_replaced_by_a_smaller_request,
+    a_claim_naming_its_class_by_the_beta_annotation_is_provisioned,
     a_host_that_stopped_between_saving_the_volume_and_the_claim_still_leaves_the_filesystem_step,
 );
 
@@ -3202,4 +3203,34 @@ async fn an_expansion_asked_while_the_host_was_down_is_done_when_its_volume_is_c
     })
     .await;
     assert_eq!(plugin_calls(&c.metrics, "hostpath", "resize"), 1);
+}
+
+/// Claims written for old clusters name their class with the beta
+/// annotation, which the PV controller still honours (first): it hands such
+/// a claim over, and the host must provision it, not wait for class "".
+async fn a_claim_naming_its_class_by_the_beta_annotation_is_provisioned(server: Server) {
+    let c = Cluster::start(server, &[hostpath()]).await;
+    c.hostpath_class("fast", serde_json::json!({})).await;
+    let claim: PersistentVolumeClaim = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "legacy", "namespace": "default",
+            "annotations": {"volume.beta.kubernetes.io/storage-class": "fast"}},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+    }))
+    .unwrap();
+    c.claims()
+        .create(&PostParams::default(), &claim)
+        .await
+        .unwrap();
+    let pv = c.bound_volume("legacy").await;
+    assert_eq!(
+        pv.spec.as_ref().unwrap().storage_class_name.as_deref(),
+        Some("fast")
+    );
+    assert!(host_path(&pv).is_dir());
+    assert_eq!(plugin_calls(&c.metrics, "hostpath", "provision"), 1);
+    assert!(c
+        .events_for("legacy")
+        .await
+        .iter()
+        .all(|e| e.reason.as_deref() != Some("ProvisioningFailed")));
 }

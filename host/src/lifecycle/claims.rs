@@ -30,11 +30,7 @@ pub(super) async fn reconcile<P: Provisioner>(
     claim: Arc<PersistentVolumeClaim>,
     ctx: Arc<Context<P>>,
 ) -> Result<Action, Error> {
-    let class_name = claim
-        .spec
-        .as_ref()
-        .and_then(|s| s.storage_class_name.clone())
-        .unwrap_or_default();
+    let class_name = decide::claim_class(&claim).to_owned();
     if !decide::is_ours(&claim, &ctx.config.names) {
         return Ok(Action::await_change());
     }
@@ -94,11 +90,9 @@ pub(super) fn error_policy<P: Provisioner>(
 /// own finalizer patches and status updates change that.
 fn version<P>(claim: &PersistentVolumeClaim, ctx: &Context<P>) -> String {
     use std::hash::{Hash, Hasher};
-    let class = claim
-        .spec
-        .as_ref()
-        .and_then(|s| s.storage_class_name.as_deref())
-        .and_then(|name| ctx.classes.get(&ObjectRef::new(name)))
+    let class = ctx
+        .classes
+        .get(&ObjectRef::new(decide::claim_class(claim)))
         .and_then(|c| c.resource_version())
         .unwrap_or_default();
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
@@ -383,11 +377,7 @@ async fn provision_failed<P: Provisioner>(
     let reference = claim.object_ref(&());
     let message = format!(
         "failed to provision volume with StorageClass {:?}: {}",
-        claim
-            .spec
-            .as_ref()
-            .and_then(|s| s.storage_class_name.as_deref())
-            .unwrap_or_default(),
+        decide::claim_class(claim),
         e.message
     );
     match e.state {

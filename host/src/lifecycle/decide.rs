@@ -14,6 +14,9 @@ pub mod keys {
     pub const STORAGE_PROVISIONER: &str = "volume.kubernetes.io/storage-provisioner";
     pub const STORAGE_PROVISIONER_BETA: &str = "volume.beta.kubernetes.io/storage-provisioner";
     pub const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
+    /// The claim's class before `spec.storageClassName` (still honoured,
+    /// first, by the PV controller and the Go library).
+    pub const STORAGE_CLASS_BETA: &str = "volume.beta.kubernetes.io/storage-class";
     /// The finalizer the Go library adds to provisioned volumes (`AddFinalizer`).
     pub const PV_FINALIZER: &str = "external-provisioner.volume.kubernetes.io/finalizer";
     /// Ours, on a claim from just before its plugin is asked for storage
@@ -68,6 +71,19 @@ pub fn selected_node(claim: &PersistentVolumeClaim) -> Option<&str> {
         .filter(|n| !n.is_empty())
 }
 
+/// The name of the claim's StorageClass: the beta annotation first, then
+/// `spec.storageClassName`, as the PV controller and the Go library read it
+/// (`GetPersistentVolumeClaimClass`); empty for none.
+pub fn claim_class(claim: &PersistentVolumeClaim) -> &str {
+    claim
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(keys::STORAGE_CLASS_BETA))
+        .or_else(|| claim.spec.as_ref()?.storage_class_name.as_ref())
+        .map_or("", String::as_str)
+}
+
 /// Whether the PV controller has handed `claim` to one of our names (its
 /// storage-provisioner annotation, GA or beta), as the Go library checks
 /// before anything else. Claims of other provisioners and static claims
@@ -116,9 +132,7 @@ pub fn claim(
     if deleting && !held {
         return ClaimDecision::Ignore;
     }
-    let class_name = spec
-        .and_then(|s| s.storage_class_name.clone())
-        .unwrap_or_default();
+    let class_name = claim_class(claim);
     let refuse = |message: String| {
         ClaimDecision::Refuse(if deleting {
             format!(
@@ -135,7 +149,7 @@ pub fn claim(
         if deleting {
             return refuse(format!("StorageClass {class_name} does not exist"));
         }
-        return ClaimDecision::WaitForClass(class_name);
+        return ClaimDecision::WaitForClass(class_name.to_owned());
     };
     if !names.contains(&class.provisioner) {
         // The PV controller handed the claim to us when the class named
@@ -374,6 +388,30 @@ mod tests {
             }
             (b, p) => *b = p,
         }
+    }
+
+    #[test]
+    fn the_claims_class_is_its_beta_annotation_first_then_its_spec() {
+        let claim = |value: serde_json::Value| -> PersistentVolumeClaim {
+            serde_json::from_value(value).unwrap()
+        };
+        let beta = json!({"volume.beta.kubernetes.io/storage-class": "old"});
+        assert_eq!(
+            claim_class(&claim(json!({"spec": {"storageClassName": "fast"}}))),
+            "fast"
+        );
+        assert_eq!(
+            claim_class(&claim(json!({"metadata": {"annotations": beta}}))),
+            "old"
+        );
+        assert_eq!(
+            claim_class(&claim(
+                json!({"metadata": {"annotations": beta}, "spec": {"storageClassName": "fast"}})
+            )),
+            "old",
+            "the annotation wins, as in the PV controller"
+        );
+        assert_eq!(claim_class(&claim(json!({}))), "");
     }
 
     #[test]

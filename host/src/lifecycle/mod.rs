@@ -345,12 +345,7 @@ pub async fn run<P: Provisioner>(
                 claim_store
                     .state()
                     .into_iter()
-                    .filter(|c| {
-                        c.spec
-                            .as_ref()
-                            .and_then(|s| s.storage_class_name.as_deref())
-                            == Some(name.as_str())
-                    })
+                    .filter(|c| decide::claim_class(c) == name)
                     .map(|c| ObjectRef::from_obj(&*c))
                     .collect::<Vec<_>>()
             },

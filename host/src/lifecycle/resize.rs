@@ -28,7 +28,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
-use super::decide::{provisioned_by, Names};
+use super::decide::{claim_class, provisioned_by, Names};
 use super::reasons::*;
 use super::{AfterFailure, Context, Error};
 use crate::metrics::Metrics;
@@ -178,7 +178,7 @@ pub fn plan(
             node_expansion,
         };
     }
-    let class_name = spec.storage_class_name.as_deref().unwrap_or_default();
+    let class_name = claim_class(claim);
     if class.and_then(|c| c.allow_volume_expansion) != Some(true) {
         return ResizePlan::Refuse(format!(
             "StorageClass {class_name} does not allow volume expansion: set allowVolumeExpansion: true on it to grow volume {pv_name}"
@@ -225,7 +225,7 @@ pub(super) async fn reconcile<P: Provisioner>(
 fn resize_version<P: Provisioner>(claim: &PersistentVolumeClaim, ctx: &Context<P>) -> String {
     let class = ctx
         .classes
-        .get(&ObjectRef::new(&claim_class(claim)))
+        .get(&ObjectRef::new(claim_class(claim)))
         .and_then(|c| c.resource_version())
         .unwrap_or_default();
     let plugins = ctx
@@ -250,14 +250,6 @@ fn spec_version(claim: &PersistentVolumeClaim) -> String {
     format!("{:016x}", hasher.finish())
 }
 
-fn claim_class(claim: &PersistentVolumeClaim) -> String {
-    claim
-        .spec
-        .as_ref()
-        .and_then(|s| s.storage_class_name.clone())
-        .unwrap_or_default()
-}
-
 async fn resize<P: Provisioner>(
     claim: &PersistentVolumeClaim,
     ctx: &Context<P>,
@@ -267,7 +259,7 @@ async fn resize<P: Provisioner>(
         .and_then(|s| s.volume_name.as_deref())
         .and_then(|name| ctx.volumes.get(&ObjectRef::new(name)));
     let class_name = claim_class(claim);
-    let class = ctx.classes.get(&ObjectRef::new(&class_name));
+    let class = ctx.classes.get(&ObjectRef::new(class_name));
     let uid = format!("{}/resize", claim.uid().unwrap_or_default());
     let final_error = ctx.lock_final_errors().contains(&uid);
     let plan = plan(

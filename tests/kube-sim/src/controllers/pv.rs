@@ -93,8 +93,13 @@ fn claim_ref_matches(pv: &Value, claim: &Value) -> bool {
         && (s("uid").is_empty() || s("uid") == objects::uid(claim))
 }
 
+/// A claim's or volume's class: the beta annotation first, then the spec
+/// field (the PV controller's `GetPersistentVolume(Claim)Class`).
 fn class_of(obj: &Value) -> &str {
-    objects::path_str(obj, "spec.storageClassName").unwrap_or("")
+    obj.pointer("/metadata/annotations/volume.beta.kubernetes.io~1storage-class")
+        .and_then(Value::as_str)
+        .or_else(|| objects::path_str(obj, "spec.storageClassName"))
+        .unwrap_or("")
 }
 
 impl PvController {

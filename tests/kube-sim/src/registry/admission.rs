@@ -73,7 +73,12 @@ impl Registry {
             }
         }
         if res == resources::PVC && self.admission.default_storage_class {
-            let unset = objects::path(obj, "spec.storageClassName").is_none_or(Value::is_null);
+            // The beta annotation names a class too (the real admission
+            // plugin leaves such a claim alone).
+            let unset = objects::path(obj, "spec.storageClassName").is_none_or(Value::is_null)
+                && obj
+                    .pointer("/metadata/annotations/volume.beta.kubernetes.io~1storage-class")
+                    .is_none();
             if unset {
                 if let Some(class) = self.default_storage_class() {
                     objects::set_path(obj, "spec.storageClassName", json!(class));
