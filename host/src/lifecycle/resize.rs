@@ -295,7 +295,7 @@ async fn resize<P: Provisioner>(
     if let Some(left) = ctx.backing_off(&uid, &version) {
         return Ok(Action::requeue(left));
     }
-    let class_label = Metrics::class(&class_name);
+    let class_label = Metrics::class(class_name);
     let pv_name = pv.name_any();
     let unusable = match ctx.provisioner.plugin(&plugin) {
         Ok(info) if info.resize => None,
