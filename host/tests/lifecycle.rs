@@ -79,6 +79,7 @@ on_both_servers!(
     a_failing_expansion_is_retried_with_backoff_not_on_its_own_writes,
     a_failed_expansion_is_replaced_by_a_smaller_request,
     a_claim_naming_its_class_by_the_beta_annotation_is_provisioned,
+    a_claim_whose_class_was_deleted_is_reported_counted_and_given_up,
     a_host_that_stopped_between_saving_the_volume_and_the_claim_still_leaves_the_filesystem_step,
 );
 
@@ -3233,4 +3234,60 @@ async fn a_claim_naming_its_class_by_the_beta_annotation_is_provisioned(server: 
         .await
         .iter()
         .all(|e| e.reason.as_deref() != Some("ProvisioningFailed")));
+}
+
+/// A claim handed to the host whose StorageClass was deleted since fails
+/// like any claim: a Warning saying so and how to fix it, the failure
+/// metric, backoff and, at the threshold, giving up. It waited silently
+/// forever. A recreated class is tried at once.
+async fn a_claim_whose_class_was_deleted_is_reported_counted_and_given_up(server: Server) {
+    let mut c = Cluster::start_with(server, &[hostpath()], |config| {
+        config.failed_provision_threshold = 3;
+    })
+    .await;
+    c.stop_host().await;
+    c.hostpath_class("doomed", serde_json::json!({})).await;
+    c.claim("data", "doomed", serde_json::json!({})).await;
+    let claims = c.claims();
+    eventually("the PV controller hands the claim over", || async {
+        let claim = claims.get("data").await.ok()?;
+        claim
+            .annotations()
+            .contains_key("volume.kubernetes.io/storage-provisioner")
+            .then_some(())
+    })
+    .await;
+    Api::<StorageClass>::all(c.client.clone())
+        .delete("doomed", &DeleteParams::default())
+        .await
+        .unwrap();
+
+    c.start_host(c._plugins_dir.path().to_owned()).await;
+    c.event(
+        "data",
+        "ProvisioningFailed",
+        "StorageClass \"doomed\" not found",
+    )
+    .await;
+    c.event(
+        "data",
+        "ProvisioningFailed",
+        "Gave up provisioning after 3 failed attempts",
+    )
+    .await;
+    let failed = || {
+        let prefix = "controller_persistentvolumeclaim_provision_failed_total{class=\"doomed\",source=\"\"} ";
+        c.metrics
+            .encode()
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix)?.parse::<u64>().ok())
+    };
+    assert_eq!(failed(), Some(3), "each failure counted");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(failed(), Some(3), "no attempt after giving up");
+    assert_eq!(plugin_calls(&c.metrics, "hostpath", "provision"), 0);
+
+    c.hostpath_class("doomed", serde_json::json!({})).await;
+    let pv = c.bound_volume("data").await;
+    assert!(host_path(&pv).is_dir());
 }

@@ -21,9 +21,14 @@ use super::{AfterFailure, Context, Error};
 use crate::metrics::Metrics;
 use crate::provisioner::{DeleteState, ProvisionOptions, ProvisionState, Provisioner};
 
-/// How long to wait before looking again at a claim whose class is missing or
-/// that cannot be provisioned as it is.
-const WAIT_FOR_CLASS: Duration = Duration::from_secs(10);
+/// How long a claim's missing class is taken for the class watch lagging
+/// (the PV controller handed the claim over, so the class existed), and
+/// how often it is looked for meanwhile; after that it was deleted, and the
+/// claim fails like any other.
+const CLASS_LAG_GRACE: Duration = Duration::from_secs(2);
+const CLASS_LAG_RECHECK: Duration = Duration::from_millis(500);
+/// How long to wait before looking again at a claim that cannot be
+/// provisioned as it is.
 const SLOW_RETRY: Duration = Duration::from_secs(300);
 
 pub(super) async fn reconcile<P: Provisioner>(
@@ -39,16 +44,13 @@ pub(super) async fn reconcile<P: Provisioner>(
         ctx.provisioner.plugin(p)
     });
     let reference = claim.object_ref(&());
+    if !matches!(decision, ClaimDecision::WaitForClass(_)) {
+        lock(&ctx.class_missing_since).remove(&claim.uid().unwrap_or_default());
+    }
     match decision {
         ClaimDecision::Ignore => Ok(resize::reconcile(&claim, &ctx).await),
         ClaimDecision::WaitForNode => Ok(Action::await_change()),
-        ClaimDecision::WaitForClass(name) => {
-            // Handed to us, so the PV controller saw the class: our class
-            // watch lags behind (a moment), or the class was deleted since.
-            // Look again soon, from the cache: no request.
-            tracing::debug!(claim = %key(&claim), class = %name, "waiting for the claim's StorageClass");
-            Ok(Action::requeue(ctx.config.retry_base.min(WAIT_FOR_CLASS)))
-        }
+        ClaimDecision::WaitForClass(name) => Ok(class_missing(&claim, &name, &ctx).await),
         ClaimDecision::Refuse(message) => {
             ctx.events
                 .warning(&reference, PROVISIONING_FAILED, "Provisioning", message)
@@ -130,6 +132,43 @@ fn failed_at_least<P>(
         }
     }
     failure
+}
+
+/// A claim handed to this host whose class is not in the cache. Handed
+/// over, so the PV controller saw the class: for a moment that is our
+/// class watch lagging (looked at again from the cache, no request), after
+/// that the class was deleted, and the claim fails like any other (event,
+/// metric, backoff, give-up), as in the Go library. A recreated class wakes
+/// the claim (the class watch) and is a new version to try at once.
+async fn class_missing<P>(claim: &PersistentVolumeClaim, class: &str, ctx: &Context<P>) -> Action {
+    let uid = claim.uid().unwrap_or_default();
+    let since = *lock(&ctx.class_missing_since)
+        .entry(uid.clone())
+        .or_insert_with(Instant::now);
+    if since.elapsed() < CLASS_LAG_GRACE {
+        tracing::debug!(claim = %key(claim), class, "waiting for the claim's StorageClass");
+        return Action::requeue(CLASS_LAG_RECHECK);
+    }
+    let this_version = version(claim, ctx);
+    if ctx.given_up(&uid, &this_version) {
+        return Action::await_change();
+    }
+    if let Some(left) = ctx.backing_off(&uid, &this_version) {
+        return Action::requeue(left);
+    }
+    ctx.metrics
+        .provision_failed_total
+        .get_or_create(&Metrics::provision_labels(claim))
+        .inc();
+    let message = format!(
+        "StorageClass {class:?} not found: it was deleted after the claim was handed to this \
+         host; recreate the class, or recreate the claim with an existing class"
+    );
+    reported_failure(claim, ctx, &message, Duration::ZERO).await
+}
+
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The Warning that says the host stopped retrying, and how to make it retry.

@@ -133,6 +133,10 @@ struct Context<P> {
     /// smaller request may replace it (external-resizer's final errors;
     /// forgotten on restart, as there).
     resize_final_errors: Mutex<std::collections::HashSet<String>>,
+    /// Claims (uid) handed to this host whose StorageClass is not in the
+    /// cache, and since when: a brief miss is the class watch lagging, a
+    /// longer one a deleted class.
+    class_missing_since: Mutex<HashMap<String, std::time::Instant>>,
 }
 
 /// The failures of one claim or volume.
@@ -316,6 +320,7 @@ pub async fn run<P: Provisioner>(
         claims: claims.store(),
         failures: Mutex::default(),
         resize_final_errors: Mutex::default(),
+        class_missing_since: Mutex::default(),
         resyncs: resyncs.clone(),
         config: config.clone(),
     });
@@ -443,6 +448,7 @@ mod tests {
             in_progress: Default::default(),
             failures: Mutex::default(),
             resize_final_errors: Mutex::default(),
+            class_missing_since: Mutex::default(),
             resyncs: tokio::sync::watch::channel(0).1,
         }
     }
