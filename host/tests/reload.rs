@@ -33,11 +33,15 @@ fn hostpath_wasm() -> Vec<u8> {
     std::fs::read(plugin_path("hostpath")).unwrap()
 }
 
+/// The sandbox policy of these tests' plugins; hostpath records `hostRoot`
+/// on its volumes, as deploy/policy.yaml does, so they are deleted without
+/// their class (these tests call the registry directly).
 fn policy_for(volumes: &Path) -> String {
     ok_preopen();
     format!(
         "plugins:\n  hostpath:\n    preopens: [{{host: {dir}, guest: /volumes, mode: read-write}}]\n    \
-         output: {{sources: [hostPath], paths: [{dir}]}}\n  \
+         output: {{sources: [hostPath], paths: [{dir}]}}\n    \
+         recordParameters: [hostRoot]\n  \
          slow:\n    timeout: 30s\n    preopens: [{OK_PREOPEN}]\n    output: {MISBEHAVE_OUTPUT}\n",
         dir = volumes.display()
     )
