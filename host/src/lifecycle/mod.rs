@@ -9,6 +9,7 @@
 
 mod claims;
 pub mod decide;
+mod finalizer_conflicts;
 mod finalizers;
 mod in_progress;
 mod reasons;
@@ -128,6 +129,9 @@ struct Context<P> {
     in_progress: in_progress::InProgress,
     /// Failures per object uid, for backoff and thresholds.
     failures: Mutex<HashMap<String, Failures>>,
+    /// Our volume finalizer writes, to notice another controller undoing
+    /// them (until the host restarts).
+    finalizer_conflicts: finalizer_conflicts::FinalizerConflicts,
     /// Resyncs so far: giving up lasts until the next one.
     resyncs: tokio::sync::watch::Receiver<u64>,
 }
@@ -306,6 +310,7 @@ pub async fn run<P: Provisioner>(
         volumes: volumes.store(),
         claims: claims.store(),
         failures: Mutex::default(),
+        finalizer_conflicts: Default::default(),
         resyncs: resyncs.clone(),
         config: config.clone(),
     });
@@ -437,6 +442,7 @@ mod tests {
             metrics: Arc::default(),
             in_progress: Default::default(),
             failures: Mutex::default(),
+            finalizer_conflicts: Default::default(),
             resyncs: tokio::sync::watch::channel(0).1,
         }
     }
