@@ -82,6 +82,9 @@ pub struct Metrics {
     pub plugin_info: Family<PluginVersionLabels, Gauge>,
     /// Sandbox policy file changes, by result (`loaded`, `rejected`).
     pub policy_reloads: Family<ResultLabels, Counter>,
+    /// Volumes whose finalizer the host stopped writing because another
+    /// controller kept undoing it.
+    pub volume_finalizer_conflicts: ClassCounter,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -200,6 +203,12 @@ impl Default for Metrics {
             "Sandbox policy file changes, by result (loaded, rejected)",
             policy_reloads.clone(),
         );
+        let volume_finalizer_conflicts = ClassCounter::default();
+        wasmprov.register(
+            "volume_finalizer_conflicts",
+            "Volumes whose finalizer another controller kept undoing, so the host stopped writing it. Broken down by storage class name.",
+            volume_finalizer_conflicts.clone(),
+        );
         Self {
             registry,
             provision_total,
@@ -217,6 +226,7 @@ impl Default for Metrics {
             plugin_reloads,
             plugin_info,
             policy_reloads,
+            volume_finalizer_conflicts,
         }
     }
 }

@@ -63,6 +63,8 @@ on_both_servers!(
     reschedule_without_a_selected_node_is_retried_with_backoff,
     a_released_retain_volume_an_admin_deletes_goes,
     the_volume_finalizer_follows_the_flag_on_existing_volumes,
+    a_provisioner_undoing_the_volume_finalizer_is_detected_and_left_alone,
+    a_provisioner_adding_back_the_volume_finalizer_is_detected_and_left_alone,
     a_claim_given_up_on_is_tried_again_at_the_next_resync,
     a_claim_waiting_for_its_plugin_is_provisioned_when_the_plugin_loads,
     a_volume_outside_the_plugins_output_policy_is_refused_and_its_storage_removed,
@@ -2348,6 +2350,135 @@ async fn the_volume_finalizer_follows_the_flag_on_existing_volumes(server: Serve
     c.tune = |config| config.add_finalizer = false;
     c.start_host(dir).await;
     volume_finalized(&c, &name, false).await;
+}
+
+/// Undone finalizer writes after which the host stops (the detector's limit).
+const FINALIZER_UNDO_LIMIT: usize = 3;
+
+/// A replaced provisioner still running for our name with
+/// `--add-finalizer=false` removes the finalizer the host adds, and the
+/// host adds it back, each woken by the other's write, for ever. The host
+/// notices after a few rounds, stops, and says so on the volume.
+async fn a_provisioner_undoing_the_volume_finalizer_is_detected_and_left_alone(server: Server) {
+    let c = Cluster::start_with(server, &[hostpath()], |config| config.add_finalizer = true).await;
+    c.hostpath_class("fast", serde_json::json!({})).await;
+    c.claim("data", "fast", serde_json::json!({})).await;
+    let name = c.bound_volume("data").await.name_any();
+    volume_finalized(&c, &name, true).await;
+    a_fight_over_the_finalizer_stops(&c, &name, false).await;
+}
+
+/// The mirror case: the host runs without `--add-finalizer` and the other
+/// provisioner keeps adding the finalizer back.
+async fn a_provisioner_adding_back_the_volume_finalizer_is_detected_and_left_alone(server: Server) {
+    let c = Cluster::start(server, &[hostpath()]).await;
+    c.hostpath_class("fast", serde_json::json!({})).await;
+    c.claim("data", "fast", serde_json::json!({})).await;
+    let name = c.bound_volume("data").await.name_any();
+    volume_finalized(&c, &name, false).await;
+    a_fight_over_the_finalizer_stops(&c, &name, true).await;
+}
+
+/// Runs a peer that keeps volume `name` with (`peer_wants`) or without our
+/// finalizer, looking every 50 ms, and checks that the host gives up after
+/// a few of its writes were undone, says so once, and writes no more.
+async fn a_fight_over_the_finalizer_stops(c: &Cluster, name: &str, peer_wants: bool) {
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    let undos = Arc::new(AtomicUsize::new(0));
+    let _peer = AbortOnDrop(tokio::spawn({
+        let volumes = c.volumes();
+        let name = name.to_owned();
+        let undos = undos.clone();
+        async move {
+            loop {
+                if let Ok(pv) = volumes.get(&name).await {
+                    let mut finalizers = pv.finalizers().to_vec();
+                    let index = finalizers.iter().position(|f| f == PV_FINALIZER);
+                    let change = match (index, peer_wants) {
+                        (Some(i), false) => Some(finalizers.remove(i)),
+                        (None, true) => {
+                            finalizers.push(PV_FINALIZER.to_owned());
+                            Some(PV_FINALIZER.to_owned())
+                        }
+                        _ => None,
+                    };
+                    if change.is_some() {
+                        // Only on top of what was read: a lost race is no undo.
+                        let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
+                            {"op": "test", "path": "/metadata/resourceVersion", "value": pv.resource_version()},
+                            {"op": "add", "path": "/metadata/finalizers", "value": finalizers},
+                        ]))
+                        .unwrap();
+                        let saved = volumes
+                            .patch(
+                                &name,
+                                &kube::api::PatchParams::default(),
+                                &kube::api::Patch::Json::<()>(patch),
+                            )
+                            .await;
+                        if saved.is_ok() {
+                            undos.fetch_add(1, SeqCst);
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }));
+    let undoing = if peer_wants { "adding" } else { "removing" };
+    let wanted = format!("keeps {undoing} {PV_FINALIZER}");
+    let event = tokio::time::timeout(
+        Duration::from_secs(15),
+        c.event(name, "FinalizerConflict", &wanted),
+    )
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "no FinalizerConflict event in 15 s; the peer undid {} host writes meanwhile",
+            undos.load(SeqCst)
+        )
+    });
+    let message = event.message.unwrap();
+    for part in [
+        &format!("undid this host's last {FINALIZER_UNDO_LIMIT} writes"),
+        "a replaced provisioner still running for wasmprov.io/host",
+        "stop the other provisioner or make the flags agree, then restart this host",
+    ] {
+        assert!(message.contains(part), "{message}");
+    }
+    // The peer's first change, then one undo of each host write (the host
+    // and the peer take turns: neither writes what is already there).
+    let undone = undos.load(SeqCst);
+    assert_eq!(
+        undone,
+        FINALIZER_UNDO_LIMIT + 1,
+        "peer writes before the host stopped"
+    );
+    let version = c.volumes().get(name).await.unwrap().resource_version();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        undos.load(SeqCst),
+        undone,
+        "the host wrote the finalizer again"
+    );
+    assert_eq!(
+        c.volumes().get(name).await.unwrap().resource_version(),
+        version,
+        "nobody wrote the volume"
+    );
+    let conflicts: Vec<Event> = c
+        .events_for(name)
+        .await
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("FinalizerConflict"))
+        .collect();
+    assert_eq!(conflicts.len(), 1, "{conflicts:#?}");
+    assert!(conflicts[0].count.unwrap_or(0) <= 1, "{conflicts:#?}");
+    let metrics = c.metrics.encode();
+    assert!(
+        metrics.contains("wasmprov_volume_finalizer_conflicts_total{class=\"fast\"} 1"),
+        "{metrics}"
+    );
 }
 
 /// Giving up lasts until the next resync (`--resync-period`, 15 minutes by

@@ -17,12 +17,24 @@ pub async fn add<K>(api: &Api<K>, obj: &K, finalizer: &str) -> Result<K, kube::E
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
 {
+    add_written(api, obj, finalizer).await.map(|(obj, _)| obj)
+}
+
+/// [`add`], and whether it wrote (false: the object had it already).
+pub async fn add_written<K>(
+    api: &Api<K>,
+    obj: &K,
+    finalizer: &str,
+) -> Result<(K, bool), kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
     let mut current = obj.clone();
     let mut attempt = 0;
     loop {
         attempt += 1;
         if current.finalizers().iter().any(|f| f == finalizer) {
-            return Ok(current);
+            return Ok((current, false));
         }
         let mut finalizers = current.finalizers().to_vec();
         finalizers.push(finalizer.to_owned());
@@ -36,7 +48,7 @@ where
             Err(kube::Error::Api(s)) if s.code == 422 && attempt < ATTEMPTS => {
                 current = api.get(&current.name_any()).await?;
             }
-            result => return result,
+            result => return result.map(|saved| (saved, true)),
         }
     }
 }
@@ -47,24 +59,33 @@ pub async fn remove<K>(api: &Api<K>, obj: &K, finalizer: &str) -> Result<(), kub
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
 {
+    remove_written(api, obj, finalizer).await.map(|_| ())
+}
+
+/// [`remove`], and whether it wrote (false: the finalizer or object was
+/// gone already).
+pub async fn remove_written<K>(api: &Api<K>, obj: &K, finalizer: &str) -> Result<bool, kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
     let mut current = obj.clone();
     let mut attempt = 0;
     loop {
         attempt += 1;
         let Some(index) = current.finalizers().iter().position(|f| f == finalizer) else {
-            return Ok(());
+            return Ok(false);
         };
         let patch = serde_json::json!([
             {"op": "test", "path": format!("/metadata/finalizers/{index}"), "value": finalizer},
             {"op": "remove", "path": format!("/metadata/finalizers/{index}")},
         ]);
         match json_patch(api, &current, patch).await {
-            Ok(_) => return Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+            Ok(_) => return Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(false),
             Err(kube::Error::Api(s)) if s.code == 422 && attempt < ATTEMPTS => {
                 match api.get_opt(&current.name_any()).await? {
                     Some(fresh) => current = fresh,
-                    None => return Ok(()),
+                    None => return Ok(false),
                 }
             }
             Err(e) => return Err(e),

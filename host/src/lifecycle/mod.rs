@@ -9,6 +9,7 @@
 
 mod claims;
 pub mod decide;
+mod finalizer_conflicts;
 mod finalizers;
 mod in_progress;
 mod reasons;
@@ -126,6 +127,9 @@ struct Context<P> {
     in_progress: in_progress::InProgress,
     /// Failures per object uid, for backoff and thresholds.
     failures: Mutex<HashMap<String, Failures>>,
+    /// Our volume finalizer writes, to notice another controller undoing
+    /// them (until the host restarts).
+    finalizer_conflicts: finalizer_conflicts::FinalizerConflicts,
     /// Resyncs so far: giving up lasts until the next one.
     resyncs: tokio::sync::watch::Receiver<u64>,
     /// Claims (uid) whose last expansion attempt failed for sure (not
@@ -321,6 +325,7 @@ pub async fn run<P: Provisioner>(
         failures: Mutex::default(),
         resize_final_errors: Mutex::default(),
         class_missing_since: Mutex::default(),
+        finalizer_conflicts: Default::default(),
         resyncs: resyncs.clone(),
         config: config.clone(),
     });
@@ -449,6 +454,7 @@ mod tests {
             failures: Mutex::default(),
             resize_final_errors: Mutex::default(),
             class_missing_since: Mutex::default(),
+            finalizer_conflicts: Default::default(),
             resyncs: tokio::sync::watch::channel(0).1,
         }
     }

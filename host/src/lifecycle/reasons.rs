@@ -12,3 +12,7 @@ pub const RESIZING: &str = "Resizing";
 pub const VOLUME_RESIZE_FAILED: &str = "VolumeResizeFailed";
 pub const VOLUME_RESIZE_SUCCESSFUL: &str = "VolumeResizeSuccessful";
 pub const FILE_SYSTEM_RESIZE_REQUIRED: &str = "FileSystemResizeRequired";
+
+// Ours.
+/// Another controller keeps undoing our volume finalizer writes.
+pub const VOLUME_FINALIZER_CONFLICT: &str = "FinalizerConflict";

@@ -11,8 +11,9 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 
 use super::decide::{self, keys, VolumeDecision};
+use super::finalizer_conflicts::{Direction, Verdict};
 use super::finalizers;
-use super::reasons::VOLUME_FAILED_DELETE;
+use super::reasons::{VOLUME_FAILED_DELETE, VOLUME_FINALIZER_CONFLICT};
 use super::{AfterFailure, Context, Error};
 use crate::metrics::Metrics;
 use crate::provisioner::{
@@ -27,12 +28,10 @@ pub(super) async fn reconcile<P: Provisioner>(
     let plugin = match decide::volume(&pv, &ctx.config.names, ctx.config.add_finalizer) {
         VolumeDecision::Ignore => return Ok(Action::await_change()),
         VolumeDecision::AddFinalizer => {
-            finalizers::add(&volumes, &pv, keys::PV_FINALIZER).await?;
-            return Ok(Action::await_change());
+            return write_finalizer(&volumes, &pv, &ctx, Direction::Add).await;
         }
         VolumeDecision::RemoveFinalizer => {
-            finalizers::remove(&volumes, &pv, keys::PV_FINALIZER).await?;
-            return Ok(Action::await_change());
+            return write_finalizer(&volumes, &pv, &ctx, Direction::Remove).await;
         }
         VolumeDecision::Delete { plugin } => plugin,
     };
@@ -108,6 +107,7 @@ pub(super) async fn reconcile<P: Provisioner>(
     }
     finalizers::remove(&volumes, &pv, keys::PV_FINALIZER).await?;
     ctx.succeed(&uid);
+    ctx.finalizer_conflicts.forget(&uid);
     ctx.metrics.delete_total.get_or_create(&class_label).inc();
     ctx.metrics
         .delete_duration
@@ -115,6 +115,88 @@ pub(super) async fn reconcile<P: Provisioner>(
         .observe(started.elapsed().as_secs_f64());
     tracing::info!(volume = %name, plugin, "deleted volume and its storage");
     Ok(Action::await_change())
+}
+
+/// Adds or removes our finalizer as `--add-finalizer` says, unless another
+/// controller keeps undoing it: then says so once and leaves it alone.
+async fn write_finalizer<P>(
+    volumes: &Api<PersistentVolume>,
+    pv: &PersistentVolume,
+    ctx: &Context<P>,
+    direction: Direction,
+) -> Result<Action, Error> {
+    let uid = pv.uid().unwrap_or_default();
+    match ctx
+        .finalizer_conflicts
+        .before(&uid, direction, Instant::now())
+    {
+        Verdict::Write => {}
+        Verdict::Stopped => {
+            tracing::debug!(volume = %pv.name_any(), "another controller keeps undoing our finalizer; left alone");
+            return Ok(Action::await_change());
+        }
+        Verdict::Conflict { undone } => {
+            finalizer_conflict(pv, ctx, direction, undone).await;
+            return Ok(Action::await_change());
+        }
+    }
+    let written = match direction {
+        Direction::Add => {
+            finalizers::add_written(volumes, pv, keys::PV_FINALIZER)
+                .await?
+                .1
+        }
+        Direction::Remove => finalizers::remove_written(volumes, pv, keys::PV_FINALIZER).await?,
+    };
+    // A write found unneeded on a fresher copy proves nothing.
+    if written {
+        ctx.finalizer_conflicts
+            .wrote(&uid, direction, Instant::now());
+        ctx.finalizer_conflicts
+            .prune(|| ctx.volumes.state().iter().filter_map(|v| v.uid()).collect());
+    }
+    Ok(Action::await_change())
+}
+
+/// Says (once) that the host stopped writing the finalizer of `pv`.
+async fn finalizer_conflict<P>(
+    pv: &PersistentVolume,
+    ctx: &Context<P>,
+    direction: Direction,
+    undone: u32,
+) {
+    let (undoing, ours) = match direction {
+        Direction::Add => ("removing", "adding"),
+        Direction::Remove => ("adding", "removing"),
+    };
+    let name = decide::provisioned_by(pv, &ctx.config.names).unwrap_or(&ctx.config.names.primary);
+    let message = format!(
+        "Another controller keeps {undoing} {finalizer} on this volume: it undid this host's \
+         last {undone} writes. Is a replaced provisioner still running for {name} with a \
+         different --add-finalizer (this host has --add-finalizer={flag})? This host stopped \
+         {ours} it on this volume; stop the other provisioner or make the flags agree, then \
+         restart this host.",
+        finalizer = keys::PV_FINALIZER,
+        flag = ctx.config.add_finalizer,
+    );
+    tracing::error!(volume = %pv.name_any(), finalizer = keys::PV_FINALIZER, undone, provisioner = name, "another controller keeps {undoing} our finalizer; stopped {ours} it on this volume until the host restarts");
+    ctx.metrics
+        .volume_finalizer_conflicts
+        .get_or_create(&Metrics::class(
+            pv.spec
+                .as_ref()
+                .and_then(|s| s.storage_class_name.as_deref())
+                .unwrap_or_default(),
+        ))
+        .inc();
+    ctx.events
+        .warning(
+            &pv.object_ref(&()),
+            VOLUME_FINALIZER_CONFLICT,
+            "Finalizing",
+            message,
+        )
+        .await;
 }
 
 /// The plugin that deletes an adopted volume, and the volume as it would
