@@ -420,21 +420,24 @@ impl Cluster {
         list.items.is_empty()
     }
 
-    /// A claim on class `async`, whose backend (misbehave's `slow-create`)
-    /// answers in-background until asked `attempts` times. Returns the
-    /// backend's files: its attempts so far, and the mark it leaves when
-    /// the storage is deleted.
-    async fn slowly_created_claim(&self, name: &str, attempts: usize) -> (PathBuf, PathBuf) {
-        self.class(
-            "async",
-            &[
-                ("plugin", "misbehave"),
-                ("behavior", "slow-create"),
-                ("attempts", &attempts.to_string()),
-            ],
-            serde_json::json!({}),
-        )
-        .await;
+    /// A claim on class `async`, whose backend (misbehave's `slow-create`,
+    /// with `extra` class parameters) answers in-background until asked
+    /// `attempts` times. Returns the backend's files: its attempts so far,
+    /// and the mark it leaves when the storage is deleted.
+    async fn slowly_created_claim(
+        &self,
+        name: &str,
+        attempts: usize,
+        extra: &[(&str, &str)],
+    ) -> (PathBuf, PathBuf) {
+        let attempts = attempts.to_string();
+        let mut params = vec![
+            ("plugin", "misbehave"),
+            ("behavior", "slow-create"),
+            ("attempts", attempts.as_str()),
+        ];
+        params.extend_from_slice(extra);
+        self.class("async", &params, serde_json::json!({})).await;
         self.claim(name, "async", serde_json::json!({})).await;
         let uid = self.claims().get(name).await.unwrap().uid().unwrap();
         let dir = self.volumes_dir.path();
@@ -1144,7 +1147,7 @@ async fn every_claim_is_bound_exactly_once_despite_api_faults() {
 /// keeps asking the plugin until the storage exists, then removes it.
 async fn a_claim_deleted_while_its_storage_is_being_created_leaves_nothing_behind(server: Server) {
     let c = Cluster::start(server, &[misbehave()]).await;
-    let (attempts, deleted) = c.slowly_created_claim("data", 4).await;
+    let (attempts, deleted) = c.slowly_created_claim("data", 4, &[]).await;
     eventually("the backend started creating", || async {
         attempts.exists().then_some(())
     })
@@ -1170,21 +1173,12 @@ async fn a_claim_deleted_mid_create_whose_clean_up_fails_once_leaves_nothing_beh
         config.max_retry = Duration::from_secs(2);
     })
     .await;
-    c.class(
-        "async",
-        &[
-            ("plugin", "misbehave"),
-            ("behavior", "slow-create"),
-            ("attempts", "3"),
-            ("delete-failures", "1"),
-        ],
-        serde_json::json!({}),
-    )
-    .await;
-    c.claim("data", "async", serde_json::json!({})).await;
-    let uid = c.claims().get("data").await.unwrap().uid().unwrap();
-    let pv_name = format!("pvc-{uid}");
-    let file = |suffix: &str| c.volumes_dir.path().join(format!("{pv_name}.{suffix}"));
+    let (attempts, deleted) = c
+        .slowly_created_claim("data", 3, &[("delete-failures", "1")])
+        .await;
+    let pv_name = attempts.file_stem().unwrap().to_str().unwrap().to_owned();
+    let file = |suffix: &str| attempts.with_extension(suffix);
+    assert_eq!(file("deleted"), deleted);
     eventually("the backend started creating", || async {
         file("attempts").exists().then_some(())
     })
@@ -1207,16 +1201,11 @@ async fn a_claim_deleted_mid_create_whose_clean_up_fails_once_leaves_nothing_beh
         "xx",
         "the failed clean-up, then the reclaim of the saved volume"
     );
-    let failed: Vec<Event> = Api::<Event>::all(c.client.clone())
-        .list(&ListParams::default())
+    let failed: Vec<Event> = c
+        .events_for(&pv_name)
         .await
-        .unwrap()
-        .items
         .into_iter()
-        .filter(|e| {
-            e.involved_object.name.as_deref() == Some(pv_name.as_str())
-                && e.reason.as_deref() == Some("VolumeFailedDelete")
-        })
+        .filter(|e| e.reason.as_deref() == Some("VolumeFailedDelete"))
         .collect();
     assert_eq!(failed.len(), 1, "{failed:?}");
     let message = failed[0].message.clone().unwrap();
@@ -1261,8 +1250,7 @@ async fn class_parameters_stay_on_the_class_and_reach_delete_from_it(server: Ser
 
     // echo-parameters' delete fails, naming what it got: all, from the class.
     c.delete_claim("data").await;
-    volume_event(
-        &c,
+    c.event(
         &name,
         "VolumeFailedDelete",
         "parameters: behavior,password,server",
@@ -1279,7 +1267,9 @@ async fn class_parameters_stay_on_the_class_and_reach_delete_from_it(server: Ser
         )
         .await
         .unwrap();
-    let e = volume_event(&c, &name, "VolumeFailedDelete", "deliberate delete failure").await;
+    let e = c
+        .event(&name, "VolumeFailedDelete", "deliberate delete failure")
+        .await;
     assert!(
         !e.message.unwrap().contains("StorageClass"),
         "the class is there"
@@ -1288,13 +1278,13 @@ async fn class_parameters_stay_on_the_class_and_reach_delete_from_it(server: Ser
         .delete("echo", &DeleteParams::default())
         .await
         .unwrap();
-    let e = volume_event(
-        &c,
-        &name,
-        "VolumeFailedDelete",
-        "StorageClass \"echo\" no longer exists",
-    )
-    .await;
+    let e = c
+        .event(
+            &name,
+            "VolumeFailedDelete",
+            "StorageClass \"echo\" no longer exists",
+        )
+        .await;
     let message = e.message.unwrap();
     for want in [
         "recorded on the volume (behavior)",
@@ -1304,30 +1294,6 @@ async fn class_parameters_stay_on_the_class_and_reach_delete_from_it(server: Ser
         assert!(message.contains(want), "{want:?} in {message}");
     }
     assert!(c.volumes().get_opt(&name).await.unwrap().is_some());
-}
-
-/// The event `reason` on volume `name` whose message contains `containing`.
-async fn volume_event(c: &Cluster, name: &str, reason: &str, containing: &str) -> Event {
-    eventually(
-        &format!("event {reason} on volume {name} containing {containing:?}"),
-        || async {
-            Api::<Event>::all(c.client.clone())
-                .list(&ListParams::default())
-                .await
-                .unwrap()
-                .items
-                .into_iter()
-                .find(|e| {
-                    e.involved_object.name.as_deref() == Some(name)
-                        && e.reason.as_deref() == Some(reason)
-                        && e.message
-                            .as_deref()
-                            .unwrap_or_default()
-                            .contains(containing)
-                })
-        },
-    )
-    .await
 }
 
 /// With `--claim-finalizer`, a claim deleted while its backend is still
@@ -1352,7 +1318,7 @@ async fn with_the_claim_finalizer_a_deleted_claim_waits_until_its_storage_is_rem
     c.delete_claim("quick").await;
     c.volume_gone(&pv.name_any()).await;
 
-    let (attempts, deleted) = c.slowly_created_claim("data", 6).await;
+    let (attempts, deleted) = c.slowly_created_claim("data", 6, &[]).await;
     c.event("data", "ProvisioningFailed", "still creating")
         .await;
     assert!(c
@@ -2553,22 +2519,9 @@ async fn a_claim_deleted_after_no_change_still_has_its_storage_removed(server: S
         config.max_retry = Duration::from_secs(300);
     })
     .await;
-    c.class(
-        "async",
-        &[
-            ("plugin", "misbehave"),
-            ("behavior", "slow-create"),
-            ("attempts", "5"),
-            ("then", "no-change"),
-        ],
-        serde_json::json!({}),
-    )
-    .await;
-    c.claim("data", "async", serde_json::json!({})).await;
-    let uid = c.claims().get("data").await.unwrap().uid().unwrap();
-    let dir = c.volumes_dir.path();
-    let attempts = dir.join(format!("pvc-{uid}.attempts"));
-    let deleted = dir.join(format!("pvc-{uid}.deleted"));
+    let (attempts, deleted) = c
+        .slowly_created_claim("data", 5, &[("then", "no-change")])
+        .await;
     eventually(
         "the backend answered in-background, then no-change",
         || async { (std::fs::read_to_string(&attempts).ok()? == "xx").then_some(()) },
@@ -3028,7 +2981,7 @@ async fn the_retry_interval_flags_pace_a_failing_claim(server: Server) {
         "paced",
         &["--retry-interval-start=2s", "--retry-interval-max=4s"],
     );
-    let (attempts, _) = c.slowly_created_claim("data", 1000).await;
+    let (attempts, _) = c.slowly_created_claim("data", 1000, &[]).await;
     let calls = || std::fs::read_to_string(&attempts).map_or(0, |s| s.len());
     eventually("the plugin is first asked", || async {
         (calls() > 0).then_some(())
