@@ -17,7 +17,7 @@ use super::finalizers;
 use super::in_progress::{self, Finish};
 use super::reasons::*;
 use super::resize;
-use super::{AfterFailure, Context, Error};
+use super::{lock, AfterFailure, Context, Error};
 use crate::metrics::Metrics;
 use crate::provisioner::{DeleteState, ProvisionOptions, ProvisionState, Provisioner};
 
@@ -165,10 +165,6 @@ async fn class_missing<P>(claim: &PersistentVolumeClaim, class: &str, ctx: &Cont
          host; recreate the class, or recreate the claim with an existing class"
     );
     reported_failure(claim, ctx, &message, Duration::ZERO).await
-}
-
-fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The Warning that says the host stopped retrying, and how to make it retry.

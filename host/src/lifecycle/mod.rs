@@ -168,7 +168,7 @@ enum AfterFailure {
 
 impl<P> Context<P> {
     fn lock_failures(&self) -> std::sync::MutexGuard<'_, HashMap<String, Failures>> {
-        self.failures.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.failures)
     }
 
     /// Records a failure of `uid` (at `version`) against `threshold` (0:
@@ -210,12 +210,6 @@ impl<P> Context<P> {
         let (failed, at) = all.get(uid)?.retry.as_ref()?;
         let left = at.checked_duration_since(std::time::Instant::now())?;
         (failed == version && !left.is_zero()).then_some(left)
-    }
-
-    fn lock_final_errors(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
-        self.resize_final_errors
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
     }
 
     fn succeed(&self, uid: &str) {
@@ -260,6 +254,12 @@ impl<P> Context<P> {
             .saturating_mul(factor)
             .min(self.config.max_retry)
     }
+}
+
+/// Locks one of the context's maps; a panic elsewhere while it was held
+/// leaves it usable (its entries are only hints for backoff).
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Runs the lifecycle until `shutdown` completes.

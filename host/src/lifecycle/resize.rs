@@ -30,7 +30,7 @@ use serde_json::json;
 
 use super::decide::{claim_class, provisioned_by, Names};
 use super::reasons::*;
-use super::{AfterFailure, Context, Error};
+use super::{lock, AfterFailure, Context, Error};
 use crate::metrics::Metrics;
 use crate::provisioner::{annotations, Provisioner, ResizeOptions, ResizeState};
 use crate::quantity::{self, Bytes};
@@ -261,7 +261,7 @@ async fn resize<P: Provisioner>(
     let class_name = claim_class(claim);
     let class = ctx.classes.get(&ObjectRef::new(class_name));
     let uid = format!("{}/resize", claim.uid().unwrap_or_default());
-    let final_error = ctx.lock_final_errors().contains(&uid);
+    let final_error = lock(&ctx.resize_final_errors).contains(&uid);
     let plan = plan(
         claim,
         pv.as_deref(),
@@ -285,7 +285,7 @@ async fn resize<P: Provisioner>(
             node_expansion,
         } => {
             finish(claim, ctx, capacity, node_expansion).await?;
-            ctx.lock_final_errors().remove(&uid);
+            lock(&ctx.resize_final_errors).remove(&uid);
             return Ok(Action::await_change());
         }
         ResizePlan::Grow { plugin, bytes } => (pv.expect("planned with a volume"), plugin, bytes),
@@ -354,7 +354,7 @@ async fn resize<P: Provisioner>(
             save_capacity(&pv, ctx, &capacity, &claim, resized.node_expansion_required).await?;
             finish(&claim, ctx, capacity, resized.node_expansion_required).await?;
             ctx.succeed(&uid);
-            ctx.lock_final_errors().remove(&uid);
+            lock(&ctx.resize_final_errors).remove(&uid);
             ctx.metrics.resize_total.get_or_create(&class_label).inc();
             ctx.metrics
                 .resize_duration
@@ -372,9 +372,9 @@ async fn resize<P: Provisioner>(
             // failed for sure.
             let certain = matches!(e.state, ResizeState::Failed | ResizeState::Infeasible);
             if certain {
-                ctx.lock_final_errors().insert(uid.clone());
+                lock(&ctx.resize_final_errors).insert(uid.clone());
             } else {
-                ctx.lock_final_errors().remove(&uid);
+                lock(&ctx.resize_final_errors).remove(&uid);
             }
             let min_delay = match e.state {
                 ResizeState::NoChange => Duration::ZERO,
