@@ -23,11 +23,11 @@ const STEP: Duration = Duration::from_secs(60);
 /// The misbehave guest with `dir` preopened at /data, under the policy entry
 /// `entry` (policy-file YAML, e.g. `output: {...}`; empty: nothing granted).
 async fn plugin(dir: &Path, entry: &str) -> WasmProvisioner {
-    plugin_allowing_links(dir, entry, false).await
+    plugin_guarded(dir, entry, true).await
 }
 
-/// [`plugin`], with links in its preopen allowed or not.
-async fn plugin_allowing_links(dir: &Path, entry: &str, allow_links: bool) -> WasmProvisioner {
+/// [`plugin`], with its preopen guarded (links and moves refused) or not.
+async fn plugin_guarded(dir: &Path, entry: &str, guard_volumes: bool) -> WasmProvisioner {
     let yaml = format!("plugins: {{misbehave: {{{entry}}}}}");
     ok_preopen();
     let output = PolicySet::parse(&yaml, Path::new("policy.yaml"))
@@ -39,7 +39,7 @@ async fn plugin_allowing_links(dir: &Path, entry: &str, allow_links: bool) -> Wa
             guest: "/data".into(),
             mode: DirMode::ReadWrite,
         }],
-        allow_links,
+        guard_volumes,
         ..SandboxPolicy::default()
     };
     load("misbehave", &guest_path("misbehave"), sandbox, output).await
@@ -151,7 +151,7 @@ async fn a_link_in_the_granted_directory_cannot_lead_out_of_it() {
     let root = dir.path().display().to_string();
     // A policy file refuses links here (next test); allowed, the guest
     // stands in for a link that got there another way.
-    let p = plugin_allowing_links(dir.path(), &hostpath_in(&root), true).await;
+    let p = plugin_guarded(dir.path(), &hostpath_in(&root), false).await;
     let opts = options(
         "pvc-link",
         class(

@@ -26,12 +26,14 @@
 //!       paths: [/var/lib/wasmprov/hostpath]
 //! ```
 //!
-//! Links: a plugin whose preopens overlap a path that volumes may use (any
-//! plugin's `output.paths`) cannot create symbolic or hard links in any of
-//! its preopens, nor move a symbolic link (it gets "operation not
-//! permitted"); otherwise it could swap a checked volume directory for a
-//! link to `/` on a later call. The rule, and why it also covers plugins
-//! sharing a directory with such a plugin, is in [`links`].
+//! Guarded layout: a plugin whose preopens overlap a path that volumes may
+//! use (any plugin's `output.paths`) cannot create links in any of its
+//! preopens, nor move anything but regular files and a volume's own
+//! directory (it gets "operation not permitted"); otherwise it could put a
+//! link, or a directory a pod wrote, where a checked volume's path leads,
+//! on a later call. The rule is enforced in `runtime::fs_guard`; which
+//! plugins it covers, and why also those sharing a directory with such a
+//! plugin, is in [`guarded`].
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -42,7 +44,7 @@ use serde::Deserialize;
 
 use crate::quantity;
 
-pub mod links;
+pub mod guarded;
 pub mod output;
 
 pub use output::OutputPolicy;
@@ -112,11 +114,11 @@ pub struct SandboxPolicy {
     /// filesystem call on a blocking thread so the call's timeout still fires
     /// and no runtime thread is stuck (calls get ~5x slower).
     pub network_filesystem: bool,
-    /// The plugin may create symbolic and hard links in its preopens (and
-    /// move symbolic links). Off by default; a policy file turns it on for
-    /// each plugin whose preopens are apart from every path volumes may use
-    /// ([`links`]).
-    pub allow_links: bool,
+    /// Links and moves (but of regular files and a volume's own directory)
+    /// are refused in the plugin's preopens. On by default; a policy file
+    /// turns it off for each plugin whose preopens are apart from every path
+    /// volumes may use ([`guarded`]).
+    pub guard_volumes: bool,
 }
 
 impl Default for SandboxPolicy {
@@ -128,7 +130,7 @@ impl Default for SandboxPolicy {
             preopens: Vec::new(),
             allowed_outbound: Vec::new(),
             network_filesystem: false,
-            allow_links: false,
+            guard_volumes: true,
         }
     }
 }
@@ -216,13 +218,13 @@ impl PolicySet {
             plugins.insert(name, (sandbox, output));
         }
         no_writable_preopen_above_a_grant(&plugins).map_err(|(f, m)| invalid(f, m))?;
-        let no_links = links::forbidden(plugins.iter().map(|(name, (sandbox, output))| {
+        let guarded = guarded::plugins(plugins.iter().map(|(name, (sandbox, output))| {
             let preopens = sandbox.preopens.iter().map(|p| p.host.as_path());
             let paths = output.paths.iter().map(PathBuf::as_path);
             (name.as_str(), preopens.collect(), paths.collect())
         }));
         for (name, (sandbox, _)) in &mut plugins {
-            sandbox.allow_links = !no_links.contains(name);
+            sandbox.guard_volumes = guarded.contains(name);
         }
         Ok(Self { defaults, plugins })
     }

@@ -496,16 +496,22 @@ pub fn check_grant(grant: &Path) -> Result<(), String> {
 /// Whether a path component names a volume the host made: `pvc-` and a
 /// UID (8-4-4-4-12 hexadecimal digits).
 pub fn names_a_volume(component: &str) -> bool {
+    volume_named(component).is_some()
+}
+
+/// The first volume name (`pvc-` and a UID) in a path component, if any.
+pub fn volume_named(component: &str) -> Option<&str> {
     let bytes = component.as_bytes();
-    (0..bytes.len()).any(|start| {
-        let Some(rest) = bytes[start..].strip_prefix(b"pvc-") else {
-            return false;
-        };
-        rest.len() >= 36
-            && rest[..36].iter().enumerate().all(|(i, b)| match i {
+    (0..bytes.len()).find_map(|start| {
+        let rest = bytes[start..].strip_prefix(b"pvc-")?;
+        let uid = rest.get(..36)?;
+        uid.iter()
+            .enumerate()
+            .all(|(i, b)| match i {
                 8 | 13 | 18 | 23 => *b == b'-',
                 _ => b.is_ascii_hexdigit(),
             })
+            .then(|| &component[start..start + 4 + 36])
     })
 }
 

@@ -17,9 +17,9 @@
 pub mod bindings;
 mod cache;
 mod contract;
+mod fs_guard;
 mod inspect;
 mod limits;
-mod links;
 mod plugin;
 mod sandbox;
 
@@ -35,9 +35,9 @@ use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 pub use cache::CacheOutcome;
+pub use fs_guard::FILESYSTEM_TYPES;
 pub use inspect::Surface;
 pub use limits::MemoryLimitExceeded;
-pub use links::FILESYSTEM_TYPES;
 pub use plugin::{CallError, Plugin};
 pub use sandbox::{MAX_LOG_BYTES_PER_CALL, MAX_LOG_LINES_PER_CALL};
 
@@ -207,8 +207,9 @@ impl Runtime {
 
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(engine_err)?;
-        // Links can be refused per plugin: wasmtime-wasi has no permission for them.
-        links::add_to_linker(&mut linker).map_err(engine_err)?;
+        // What wasmtime-wasi has no permission for: links, moves and special
+        // files (`fs_guard`).
+        fs_guard::add_to_linker(&mut linker).map_err(engine_err)?;
         // Both contract versions' imports: a component built against either
         // links.
         bindings::v0_2::ResizableProvisioner::add_to_linker::<_, wasmtime::component::HasSelf<_>>(

@@ -34,9 +34,10 @@ pub struct CallState {
     pub(crate) log: PluginLog,
     pub(crate) stdout: CapturedOutput,
     pub(crate) stderr: CapturedOutput,
-    /// The policy's `allow_links`: whether the link-creating filesystem
-    /// calls reach the filesystem (see `links`).
-    pub(crate) allow_links: bool,
+    /// The policy's `guard_volumes`: links and moves are refused (`fs_guard`).
+    pub(crate) guard_volumes: bool,
+    /// Filesystem calls may run on the calling thread (local filesystems).
+    pub(crate) blocking_filesystem_calls: bool,
 }
 
 impl CallState {
@@ -96,7 +97,8 @@ impl CallState {
             log: PluginLog::new(plugin, subject),
             stdout,
             stderr,
-            allow_links: policy.allow_links,
+            guard_volumes: policy.guard_volumes,
+            blocking_filesystem_calls: !policy.network_filesystem,
         })
     }
 }
@@ -145,15 +147,15 @@ impl PluginLog {
 }
 
 impl CallState {
-    /// Tells the operator that a link was refused (the guest gets
-    /// `not-permitted`); `what` is the kind of link, `path` where the guest
-    /// wanted it.
-    pub(crate) fn refused_link(&self, what: &str, path: &str) {
+    /// Tells the operator that a filesystem call was refused (the guest gets
+    /// `not-permitted`): `what` the plugin tried, at `path` (as the guest
+    /// wrote it), and `why` it may not.
+    pub(crate) fn refused(&self, what: &str, path: &str, why: &str) {
         tracing::warn!(
             plugin = %self.log.plugin,
             subject = %self.log.subject,
             path = %untrusted(path, 256),
-            "plugin tried to create {what}; refused, as links are refused to a plugin whose preopens overlap a granted volume directory (output.paths), and the plugin got \"operation not permitted\"; create real directories and files instead, or preopen a directory apart from the volume paths"
+            "plugin tried to {what}; refused, and the plugin got \"operation not permitted\": {why}"
         );
     }
 }

@@ -224,6 +224,14 @@ fn check_path(path: &str, grants: &[PathBuf], owner: &Owner<'_>) -> Result<(), S
         if !last && !kind.is_dir() {
             return Err(format!("{shown:?}: {} is not a directory", at.display()));
         }
+        // A device node, FIFO or socket is something a pod made: the kubelet
+        // would mount a device as a filesystem or hand it to a Block claim.
+        if last && !kind.is_dir() && !kind.is_file() {
+            return Err(format!(
+                "{shown:?} is a {}, not a directory or a regular file; such files are made by pods, and a volume may not be one",
+                special_file_kind(kind)
+            ));
+        }
         // A second name for a file can be a node file's (a hard link).
         if last && !kind.is_dir() && meta.nlink() > 1 {
             return Err(format!(
@@ -235,6 +243,21 @@ fn check_path(path: &str, grants: &[PathBuf], owner: &Owner<'_>) -> Result<(), S
     owner
         .check_relative(relative, &grant.display().to_string())
         .map_err(|e| format!("{shown:?} {e}"))
+}
+
+fn special_file_kind(kind: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if kind.is_block_device() {
+        "block device"
+    } else if kind.is_char_device() {
+        "character device"
+    } else if kind.is_fifo() {
+        "FIFO"
+    } else if kind.is_socket() {
+        "socket"
+    } else {
+        "file of unknown type"
+    }
 }
 
 fn check_export(

@@ -41,6 +41,12 @@
 //!   `<dir>/<pv>.hard` to it.
 //! - For `move-link`: `from`, a guest path it renames to `<dir>/<pv>` (a
 //!   test puts a symbolic link there, or a plain file).
+//! - For `rename`: `renames`, `;`-separated `from>to` guest paths it renames
+//!   in order; it answers `failed` listing each outcome (`from>to: ok` or the
+//!   error). `delete` does the same. `return` does them in its `delete` too
+//!   when `delete-renames` lists them (the host's clean-up delete).
+//! - For `open`: `path`, a guest path it opens for reading (and, with
+//!   `write`, for writing) and reads; it answers `failed` with the outcome.
 //! - For `huge-message`: `message-bytes` (default 30 MiB), the size of the
 //!   `failed` message.
 //!
@@ -99,6 +105,8 @@ pub const BEHAVIORS: &[&str] = &[
     "swap-link",
     "hard-link",
     "move-link",
+    "rename",
+    "open",
     "huge-message",
     "echo-parameters",
     "control-text",
@@ -293,6 +301,22 @@ impl Guest for Misbehave {
                     .map_err(|e| Failed(format!("rename {from} -> {to}: {e}")))?;
                 Ok(escaped(pv, bytes, &format!("moved {from} to {to}")))
             }
+            "rename" => Err(Failed(renames(list(params, "renames")))),
+            "open" => {
+                let path = param(params, "path").unwrap_or_default();
+                let opened = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(param(params, "write").is_some())
+                    .open(path);
+                let outcome = opened.and_then(|mut file| {
+                    let mut text = String::new();
+                    std::io::Read::read_to_string(&mut file, &mut text).map(|_| text)
+                });
+                Err(Failed(match outcome {
+                    Ok(text) => format!("open {path}: read {text:?}"),
+                    Err(e) => format!("open {path}: {e}"),
+                }))
+            }
             "echo-parameters" => Ok(volume(
                 pv,
                 bytes,
@@ -429,6 +453,7 @@ impl Guest for Misbehave {
                 if param(params, "delete-fails").is_some() {
                     return Err(DeleteError::Failed("misbehave: cannot delete".to_string()));
                 }
+                renames(list(params, "delete-renames"));
                 match param(params, "dir") {
                     Some(dir) => {
                         let made = format!("{dir}/{}.made", request.pv_name);
@@ -447,6 +472,7 @@ impl Guest for Misbehave {
                 let dir = param(params, "dir").unwrap_or(DEFAULT_DIR);
                 swap_in_link(&format!("{dir}/{}", request.pv_name)).map_err(DeleteError::Failed)
             }
+            "rename" => Err(DeleteError::Failed(renames(list(params, "renames")))),
             "ignored" => Err(DeleteError::Ignored("misbehave: not my volume".to_string())),
             // Everything else only misbehaves in provision: only the
             // healthy volume's directory to remove, if it was made.
@@ -483,6 +509,20 @@ fn delete_after_failures(
     let deleted = format!("{dir}/{pv}.deleted");
     std::fs::write(&deleted, "deleted")
         .map_err(|e| DeleteError::Failed(format!("write {deleted}: {e}")))
+}
+
+/// Renames each `from>to` in order; says how each went.
+fn renames<'a>(pairs: impl Iterator<Item = &'a str>) -> String {
+    let outcomes: Vec<String> = pairs
+        .map(|pair| {
+            let (from, to) = pair.split_once('>').unwrap_or((pair, ""));
+            match std::fs::rename(from, to) {
+                Ok(()) => format!("{pair}: ok"),
+                Err(e) => format!("{pair}: {e}"),
+            }
+        })
+        .collect();
+    format!("renamed: {}", outcomes.join("; "))
 }
 
 fn param<'a>(params: &'a [(String, String)], key: &str) -> Option<&'a str> {

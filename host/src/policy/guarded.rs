@@ -1,31 +1,32 @@
-//! Which plugins may create links: [`SandboxPolicy::allow_links`].
+//! Which plugins' filesystem is guarded: [`SandboxPolicy::guard_volumes`].
 //!
 //! A volume path is checked once, when the plugin returns it. A plugin that
-//! can create a link where a volume path points can swap the checked
-//! directory for a link to `/` on any later call (even the host's own
-//! clean-up `delete`), and the volume then mounts the node's root. So links
-//! are refused in every preopen of a plugin when any of its preopens
+//! can create a link, or move a directory a pod wrote, where a volume path
+//! leads can swap the checked directory for a link to `/` on any later call
+//! (even the host's own clean-up `delete`), and the volume then mounts the
+//! node's root. So links and moves are refused (`runtime::fs_guard`) in
+//! every preopen of a plugin when any of its preopens
 //! overlaps (is equal to, inside, or above) a path in any plugin's
-//! `output.paths`; and, since a plugin that may not create links could still
-//! move one in from a directory it shares with another plugin, also when
-//! one of its preopens overlaps a preopen of a plugin whose links are
-//! refused (repeated until nothing changes). Paths are compared both as
+//! `output.paths`; and, since a guarded plugin could still move a link in
+//! from a directory it shares with another plugin, also when one of its
+//! preopens overlaps a preopen of a guarded plugin (repeated until nothing
+//! changes). Paths are compared both as
 //! written (made normal: no `.`, `..` or repeated `/`) and with symbolic
 //! links resolved, and overlap in either counts.
 //!
-//! [`SandboxPolicy::allow_links`]: super::SandboxPolicy::allow_links
+//! [`SandboxPolicy::guard_volumes`]: super::SandboxPolicy::guard_volumes
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Component, Path, PathBuf};
 
-/// The names of the plugins that may not create links, given each plugin's
-/// preopened host directories and granted output paths.
-pub(super) fn forbidden<'a>(
-    plugins: impl IntoIterator<Item = (&'a str, Vec<&'a Path>, Vec<&'a Path>)>,
+/// The names of the guarded plugins, given each plugin's preopened host
+/// directories and granted output paths.
+pub(super) fn plugins<'a>(
+    all: impl IntoIterator<Item = (&'a str, Vec<&'a Path>, Vec<&'a Path>)>,
 ) -> BTreeSet<String> {
     let mut preopens: BTreeMap<&str, Vec<PathBuf>> = BTreeMap::new();
     let mut granted: Vec<PathBuf> = Vec::new();
-    for (name, dirs, paths) in plugins {
+    for (name, dirs, paths) in all {
         preopens.insert(name, dirs.into_iter().flat_map(forms).collect());
         granted.extend(paths.into_iter().flat_map(forms));
     }
@@ -96,8 +97,8 @@ fn lexical(path: &Path) -> PathBuf {
 mod tests {
     use super::*;
 
-    fn denied(plugins: &[(&str, &[&Path], &[&Path])]) -> BTreeSet<String> {
-        forbidden(plugins.iter().map(|(n, d, p)| (*n, d.to_vec(), p.to_vec())))
+    fn denied(all: &[(&str, &[&Path], &[&Path])]) -> BTreeSet<String> {
+        plugins(all.iter().map(|(n, d, p)| (*n, d.to_vec(), p.to_vec())))
     }
 
     #[test]
@@ -176,9 +177,9 @@ mod tests {
                nothing: {{timeout: 1s}}\n"
         );
         let set = super::super::PolicySet::parse(&yaml, Path::new("policy.yaml")).unwrap();
-        assert!(!set.sandbox_for("hostpath").allow_links);
-        assert!(set.sandbox_for("builder").allow_links);
-        // No preopens: nothing to link in; the default stays off.
-        assert!(!set.sandbox_for("unknown").allow_links);
+        assert!(set.sandbox_for("hostpath").guard_volumes);
+        assert!(!set.sandbox_for("builder").guard_volumes);
+        // No preopens: nothing to link in; the default stays on.
+        assert!(set.sandbox_for("unknown").guard_volumes);
     }
 }
