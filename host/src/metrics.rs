@@ -85,6 +85,13 @@ pub struct Metrics {
     /// Volumes whose finalizer the host stopped writing because another
     /// controller kept undoing it.
     pub volume_finalizer_conflicts: ClassCounter,
+    /// Granted directories refusing new volumes, by plugin (`policy::output`).
+    pub unusable_grants: Family<PluginLabels, Gauge>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginLabels {
+    pub plugin: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -209,6 +216,12 @@ impl Default for Metrics {
             "Volumes whose finalizer another controller kept undoing, so the host stopped writing it. Broken down by storage class name.",
             volume_finalizer_conflicts.clone(),
         );
+        let unusable_grants = Family::default();
+        wasmprov.register(
+            "unusable_grants",
+            "Granted volume directories (output.paths) refusing new volumes because one held a symbolic link where volumes live when the policy loaded, by plugin",
+            unusable_grants.clone(),
+        );
         Self {
             registry,
             provision_total,
@@ -227,6 +240,7 @@ impl Default for Metrics {
             plugin_info,
             policy_reloads,
             volume_finalizer_conflicts,
+            unusable_grants,
         }
     }
 }

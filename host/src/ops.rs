@@ -20,12 +20,17 @@ use crate::metrics::Metrics;
 /// stopped), if it is not.
 pub type Unready = Box<dyn Fn() -> Option<String> + Send + Sync>;
 
+/// What an operator should look at although the host is ready, one line
+/// each (e.g. a granted directory refusing new volumes).
+pub type Notes = Box<dyn Fn() -> Vec<String> + Send + Sync>;
+
 /// Shared state behind the endpoints.
 #[derive(Default)]
 pub struct Ops {
     pub metrics: Arc<Metrics>,
     ready: AtomicBool,
     unready: std::sync::OnceLock<Unready>,
+    notes: std::sync::OnceLock<Notes>,
 }
 
 impl Ops {
@@ -36,6 +41,20 @@ impl Ops {
     /// Asked at each `/readyz`: a reason makes the host unready.
     pub fn check_readiness(&self, unready: Unready) {
         let _ = self.unready.set(unready);
+    }
+
+    /// Asked at each ready `/readyz`: each note is a line after `ok`.
+    pub fn add_notes(&self, notes: Notes) {
+        let _ = self.notes.set(notes);
+    }
+
+    fn ready_body(&self) -> String {
+        let notes = self.notes.get().map(|f| f()).unwrap_or_default();
+        let mut body = "ok\n".to_owned();
+        for note in notes {
+            body.push_str(&format!("note: {note}\n"));
+        }
+        body
     }
 
     fn unready_reason(&self) -> Option<String> {
@@ -56,7 +75,7 @@ impl Ops {
                 format!("not ready: {why}\n"),
             ),
             "/readyz" if self.ready.load(Ordering::Relaxed) => {
-                (StatusCode::OK, "text/plain", "ok\n".to_owned())
+                (StatusCode::OK, "text/plain", self.ready_body())
             }
             "/readyz" => (
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -123,6 +142,16 @@ mod tests {
         );
         ops.set_ready(true);
         assert_eq!(ops.respond("/readyz").status(), StatusCode::OK);
+        // Notes keep the host ready and say what to look at.
+        ops.add_notes(Box::new(|| {
+            vec!["plugin p makes no new volume in /v".into()]
+        }));
+        let ready = ops.respond("/readyz");
+        assert_eq!(ready.status(), StatusCode::OK);
+        let body = futures::executor::block_on(http_body_util::BodyExt::collect(ready.into_body()))
+            .unwrap()
+            .to_bytes();
+        assert_eq!(&body[..], b"ok\nnote: plugin p makes no new volume in /v\n");
         let metrics = ops.respond("/metrics");
         assert_eq!(metrics.status(), StatusCode::OK);
         assert!(metrics.headers()[hyper::header::CONTENT_TYPE]

@@ -107,6 +107,7 @@ impl PluginRegistry {
         metrics: Arc<Metrics>,
         sources: impl Into<String>,
     ) -> Self {
+        report_unusable_grants(&policies, &metrics);
         Self {
             runtime,
             metrics,
@@ -119,6 +120,22 @@ impl PluginRegistry {
             loaded: tokio::sync::watch::channel(0).0,
             loader_stopped: std::sync::Mutex::new(None),
         }
+    }
+
+    /// What an operator should look at although the host serves: granted
+    /// directories refusing new volumes (`/readyz` shows these).
+    pub fn notes(&self) -> Vec<String> {
+        let state = self.state.read().expect("registry lock");
+        state
+            .policies
+            .unusable_grants()
+            .map(|(plugin, path, found)| {
+                format!(
+                    "plugin {plugin} makes no new volume in {}: {found}",
+                    path.display()
+                )
+            })
+            .collect()
     }
 
     /// Why a plugin loader stopped (the host should not be ready), if one did.
@@ -362,6 +379,7 @@ impl PluginRegistry {
             };
             rebound.push((name, Arc::new(version), serving));
         }
+        report_unusable_grants(&policies, &self.metrics);
         let mut state = self.state.write().expect("registry lock");
         state.policies = Arc::new(policies);
         for (name, plugin, serving) in rebound {
@@ -550,5 +568,20 @@ impl Provisioner for PluginRegistry {
         self.metrics
             .plugin_call(plugin, "delete", outcome, started.elapsed());
         result
+    }
+}
+
+/// Logs and counts the granted directories a policy marks unusable; the
+/// lifecycle's refusals then name them on each claim's event.
+fn report_unusable_grants(policies: &PolicySet, metrics: &Metrics) {
+    metrics.unusable_grants.clear();
+    for (plugin, path, found) in policies.unusable_grants() {
+        tracing::warn!(plugin, path = %path.display(), "plugin {plugin} makes no new volume in the granted directory {} until someone looks: {found}", path.display());
+        metrics
+            .unusable_grants
+            .get_or_create(&crate::metrics::PluginLabels {
+                plugin: plugin.to_owned(),
+            })
+            .inc();
     }
 }

@@ -418,3 +418,90 @@ async fn a_plugin_apart_from_the_volumes_moves_what_it_likes() {
         err.message
     );
 }
+
+/// A link found where volumes live (a volume swapped for a link, say) when
+/// the policy loads makes that grant refuse new volumes, reported in the
+/// log, a metric and `/readyz`'s notes; the policy still loads, so a
+/// restarted host starts, and every other grant keeps serving.
+#[tokio::test]
+async fn a_link_where_volumes_live_refuses_that_grant_only_and_never_the_host() {
+    let root = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(root.path()).unwrap();
+    let (bad, good) = (root.join("bad"), root.join("good"));
+    std::fs::create_dir_all(bad.join(A)).unwrap();
+    std::fs::create_dir_all(&good).unwrap();
+    std::os::unix::fs::symlink("/", bad.join(B)).unwrap();
+    let entry = |dir: &Path| {
+        format!(
+            "{{preopens: [{{host: {d}, guest: /data, mode: read-write}}], output: {{sources: [hostPath], paths: [{d}]}}}}",
+            d = dir.display()
+        )
+    };
+    let yaml = format!(
+        "plugins:\n  bad: {}\n  good: {}\n",
+        entry(&bad),
+        entry(&good)
+    );
+    let set = PolicySet::parse(&yaml, Path::new("policy.yaml")).expect("the policy loads");
+    let unusable: Vec<_> = set
+        .unusable_grants()
+        .map(|(p, d, _)| (p.to_owned(), d.to_owned()))
+        .collect();
+    assert_eq!(unusable, vec![("bad".to_owned(), bad.clone())]);
+
+    let metrics = Arc::new(wasmprov::metrics::Metrics::default());
+    let runtime = Arc::new(wasmprov::runtime::Runtime::new(Default::default()).unwrap());
+    let registry =
+        wasmprov::registry::PluginRegistry::new(runtime, set.clone(), metrics.clone(), "test");
+    let notes = registry.notes();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].contains(&format!(
+            "plugin bad makes no new volume in {}",
+            bad.display()
+        )) && notes[0].contains(&format!("{B} is a symbolic link (to /)")),
+        "{notes:?}"
+    );
+    assert!(
+        metrics
+            .encode()
+            .contains("wasmprov_unusable_grants{plugin=\"bad\"} 1"),
+        "{}",
+        metrics.encode()
+    );
+
+    for (name, dir, refused) in [("bad", &bad, true), ("good", &good, false)] {
+        let p = load(
+            name,
+            &rust_guest_path("misbehave"),
+            set.sandbox_for(name),
+            set.output_for(name),
+        )
+        .await;
+        let source = serde_json::json!({"hostPath": {"path": dir.join(C)}}).to_string();
+        let mkdir = format!("/data/{C}");
+        let result = provision(
+            &p,
+            &behaving(
+                C,
+                &[
+                    ("behavior", "return"),
+                    ("source", &source),
+                    ("mkdir", &mkdir),
+                ],
+            ),
+        )
+        .await;
+        if refused {
+            let err = result.unwrap_err();
+            assert!(
+                err.message
+                    .contains("no new volume is made in the granted directory"),
+                "{}",
+                err.message
+            );
+        } else {
+            result.expect("the other grant serves");
+        }
+    }
+}

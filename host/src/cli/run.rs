@@ -371,6 +371,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         let registry = registry.clone();
         Box::new(move || registry.loader_stopped())
     });
+    ops.add_notes({
+        let registry = registry.clone();
+        Box::new(move || registry.notes())
+    });
     ops.set_ready(true);
     let lifecycle = lifecycle::run(
         client.clone(),

@@ -245,6 +245,17 @@ impl PolicySet {
             .unwrap_or_default()
     }
 
+    /// Granted directories refusing new volumes
+    /// ([`OutputPolicy::unusable_paths`]): plugin, directory, what was found.
+    pub fn unusable_grants(&self) -> impl Iterator<Item = (&str, &Path, &str)> {
+        self.plugins.iter().flat_map(|(name, (_, output))| {
+            output
+                .unusable_paths
+                .iter()
+                .map(move |(path, found)| (name.as_str(), path.as_path(), found.as_str()))
+        })
+    }
+
     /// Names of the plugins the policy has an entry for.
     pub fn plugin_names(&self) -> impl Iterator<Item = &str> {
         self.plugins.keys().map(String::as_str)

@@ -25,9 +25,14 @@
 //!       requireVolumeName: true              # false only for pools of existing storage
 //! ```
 //!
-//! A granted directory must exist, be its own canonical path (no link in it
-//! or its parents) and hold no link where volumes live: these are checked
-//! when the policy loads and again at every check. Every located kind
+//! A granted directory must exist and be its own canonical path (no link in
+//! it or its parents): checked when the policy loads (a mistake there is the
+//! operator's, and refuses the policy) and again at every check. A granted
+//! directory holding a link where volumes live is found when the policy
+//! loads too, but that is the state of the node (a pod's link in a pool
+//! volume, say), not a mistake in the file: that grant alone is marked
+//! unusable ([`OutputPolicy::unusable_paths`]) and refuses new volumes,
+//! while the policy and every other grant keep working. Every located kind
 //! (`hostPath`, `local`, `nfs`, `csi`) has its location checked; any other
 //! kind says nothing the host could check, so it is granted only under
 //! `uncheckedSources`, never under `sources`.
@@ -122,6 +127,10 @@ pub struct OutputPolicy {
     /// Canonical absolute directories that `hostPath` and `local` paths must
     /// be below.
     pub paths: Vec<PathBuf>,
+    /// Granted directories found holding a link where volumes live when the
+    /// policy loaded, with what was found: no new volume is made in them
+    /// until the link is gone and the policy is loaded again.
+    pub unusable_paths: BTreeMap<PathBuf, String>,
     pub nfs_exports: Vec<NfsExport>,
     /// Granted CSI drivers by name.
     pub csi_drivers: BTreeMap<String, CsiGrant>,
@@ -162,6 +171,7 @@ impl Default for OutputPolicy {
         Self {
             sources: BTreeSet::new(),
             paths: Vec::new(),
+            unusable_paths: BTreeMap::new(),
             nfs_exports: Vec::new(),
             csi_drivers: BTreeMap::new(),
             secret_namespaces: BTreeSet::new(),
@@ -274,7 +284,6 @@ impl OutputSpec {
                 ));
             }
             check_grant(&normal).map_err(|e| (at("paths", i), e))?;
-            scan_for_links(&normal).map_err(|e| (at("paths", i), e))?;
             policy.paths.push(normal);
         }
         for (i, export) in self.nfs_exports.iter().enumerate() {
@@ -316,6 +325,18 @@ impl OutputSpec {
             policy.max_capacity_bytes = bytes;
         }
         policy.require_volume_name = self.require_volume_name.unwrap_or(true);
+        // In a pool, volumes have no recognisable name: each entry of the
+        // grant may be one, so only the entries themselves are looked at.
+        let depth = if policy.require_volume_name {
+            LINK_SCAN_DEPTH
+        } else {
+            1
+        };
+        for grant in &policy.paths {
+            if let Err(found) = scan_for_links(grant, depth) {
+                policy.unusable_paths.insert(grant.clone(), found);
+            }
+        }
         for (sub, prefixes, out) in [
             (
                 "labelPrefixes",
@@ -520,7 +541,7 @@ pub fn volume_named(component: &str) -> Option<&str> {
 /// contents belong to their pods and are not looked at). A link there is a
 /// volume swapped for a link, or a mistake: either way nothing may be
 /// handed out from this directory until someone looks.
-fn scan_for_links(grant: &Path) -> Result<(), String> {
+fn scan_for_links(grant: &Path, max_depth: usize) -> Result<(), String> {
     let mut todo = vec![(grant.to_owned(), 0)];
     let mut seen = 0usize;
     while let Some((dir, depth)) = todo.pop() {
@@ -542,13 +563,13 @@ fn scan_for_links(grant: &Path) -> Result<(), String> {
                     .map(|t| t.display().to_string())
                     .unwrap_or_else(|e| format!("unreadable: {e}"));
                 return Err(format!(
-                    "{} is a symbolic link (to {target}); no volume may be a link, as it can lead out of {}: find the PersistentVolume using it, remove the link, then reload the policy",
+                    "{} is a symbolic link (to {target}); no volume may be a link, as it can lead out of {}: find the PersistentVolume using it, remove the link, then reload the policy (or restart the host)",
                     path.display(),
                     grant.display()
                 ));
             }
             let volume = entry.file_name().to_str().is_some_and(names_a_volume);
-            if kind.is_dir() && !volume && depth + 1 < LINK_SCAN_DEPTH {
+            if kind.is_dir() && !volume && depth + 1 < max_depth {
                 todo.push((path, depth + 1));
             }
         }
@@ -741,16 +762,29 @@ mod tests {
         std::fs::create_dir_all(real.join("fast")).unwrap();
         std::os::unix::fs::symlink("/", real.join("fast").join(volume)).unwrap();
         let yaml = format!("{{sources: [hostPath], paths: [{}]}}", real.display());
-        let err = resolve(&yaml).unwrap_err();
+        // The policy loads; that grant alone is unusable, saying why.
+        let unusable = resolve(&yaml).unwrap().unusable_paths;
+        let why = &unusable[&real];
         assert!(
-            err.contains(&format!("fast/{volume} is a symbolic link (to /)")),
-            "{err}"
+            why.contains(&format!("fast/{volume} is a symbolic link (to /)")),
+            "{why}"
         );
         std::fs::remove_file(real.join("fast").join(volume)).unwrap();
         // Links inside a volume are its pods' business.
         std::fs::create_dir(real.join("fast").join(volume)).unwrap();
         std::os::unix::fs::symlink("/", real.join("fast").join(volume).join("root")).unwrap();
-        resolve(&yaml).unwrap();
+        assert!(resolve(&yaml).unwrap().unusable_paths.is_empty());
+        // In a pool, volumes have any name: a pod's ordinary link inside one
+        // (`current -> releases/2`) is its own business too.
+        std::fs::create_dir_all(real.join("disk1/releases/2")).unwrap();
+        std::os::unix::fs::symlink("releases/2", real.join("disk1/current")).unwrap();
+        let pool = format!(
+            "{{sources: [hostPath], paths: [{}], requireVolumeName: false}}",
+            real.display()
+        );
+        assert!(resolve(&pool).unwrap().unusable_paths.is_empty());
+        std::os::unix::fs::symlink("/", real.join("disk2")).unwrap();
+        assert!(resolve(&pool).unwrap().unusable_paths[&real].contains("disk2 is a symbolic link"));
     }
 
     #[test]

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use k8s_openapi::api::core::v1::Node;
 use serde_json::Value;
@@ -52,7 +52,7 @@ pub fn check(
         let location = match kind.as_str() {
             "hostPath" | "local" => {
                 let path = fields["path"].as_str().unwrap_or_default();
-                check_path(path, &policy.paths, &owner).map_err(|e| format!("{kind}.path {e}"))
+                check_path(path, policy, &owner).map_err(|e| format!("{kind}.path {e}"))
             }
             "nfs" => {
                 let server = fields["server"].as_str().unwrap_or_default();
@@ -186,7 +186,8 @@ impl Owner<'_> {
 /// even if it points back inside: it could be changed after the check. A
 /// part that does not exist is refused too: what the host cannot see, it
 /// cannot check.
-fn check_path(path: &str, grants: &[PathBuf], owner: &Owner<'_>) -> Result<(), String> {
+fn check_path(path: &str, policy: &OutputPolicy, owner: &Owner<'_>) -> Result<(), String> {
+    let grants = &policy.paths;
     let shown = escape_control(path);
     let normal = normalize(path)?;
     // The most specific grant: nested grants check against the inner one.
@@ -201,6 +202,12 @@ fn check_path(path: &str, grants: &[PathBuf], owner: &Owner<'_>) -> Result<(), S
         ));
     };
     check_grant(grant).map_err(|e| format!("{shown:?}: the granted directory {e}"))?;
+    if let Some(found) = policy.unusable_paths.get(grant) {
+        return Err(format!(
+            "{shown:?}: no new volume is made in the granted directory {} until someone looks: {found}",
+            grant.display()
+        ));
+    }
     let relative = normal.strip_prefix(grant).unwrap_or(Path::new(""));
     let mut at = grant.clone();
     let mut parts = relative.iter().peekable();
