@@ -480,7 +480,7 @@ fn invoke_and_delete_refuse_a_link_swapped_in_after_the_check() {
         assert!(!out.status.success(), "{err}");
         assert!(
             err.contains(": Operation not permitted")
-                && err.contains("plugin tried to create a symbolic link; refused"),
+                && err.contains("plugin tried to make a symbolic link; refused"),
             "{err}"
         );
     };

@@ -52,6 +52,12 @@ pub struct DevArgs {
     /// [default: ~/.cache/wasmprov/compiled].
     #[arg(long, value_name = "DIR", env = "WASMPROV_CACHE_DIR")]
     pub cache_dir: Option<PathBuf>,
+    /// Memory one plugin's compilation may use (as for `run`).
+    #[arg(long, value_name = "QUANTITY", default_value = "512Mi", value_parser = super::parse_memory, env = "WASMPROV_COMPILE_MEMORY_LIMIT")]
+    pub compile_memory_limit: u64,
+    /// Time one plugin's compilation may take (as for `run`).
+    #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = humantime::parse_duration, env = "WASMPROV_COMPILE_TIMEOUT")]
+    pub compile_timeout: std::time::Duration,
     /// Address of the /metrics, /healthz and /readyz endpoints.
     #[arg(long, default_value = "127.0.0.1:0")]
     pub metrics_address: std::net::SocketAddr,
@@ -115,6 +121,8 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
             policy: Some(policy_file),
             cache_dir: args.cache_dir.clone(),
             no_cache: false,
+            compile_memory_limit: args.compile_memory_limit,
+            compile_timeout: args.compile_timeout,
         },
         ops.metrics.clone(),
     )

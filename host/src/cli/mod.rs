@@ -35,6 +35,9 @@ pub enum Command {
     /// Work with a plugin component locally, without a cluster.
     #[command(subcommand)]
     Plugin(plugin::PluginCommand),
+    /// Compiles one component within a budget, for the host (internal).
+    #[command(name = "__compile-component", hide = true)]
+    CompileComponent(CompileComponentArgs),
 }
 
 /// Options of every command, listed after each subcommand's own options
@@ -75,6 +78,57 @@ pub struct RuntimeArgs {
     /// Compile every time; keep nothing on disk.
     #[arg(long)]
     pub no_cache: bool,
+    /// Memory one plugin's compilation may use (it runs in a child process);
+    /// a component needing more is refused and the previous version keeps
+    /// serving. Counts toward the pod's memory limit while it runs.
+    #[arg(long, value_name = "QUANTITY", default_value = "512Mi", value_parser = parse_memory, env = "WASMPROV_COMPILE_MEMORY_LIMIT")]
+    pub compile_memory_limit: u64,
+    /// Time one plugin's compilation may take.
+    #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = humantime::parse_duration, env = "WASMPROV_COMPILE_TIMEOUT")]
+    pub compile_timeout: std::time::Duration,
+}
+
+impl RuntimeArgs {
+    /// The runtime these options describe: the compile cache, and the
+    /// compiler child (this very program) with its budget.
+    pub fn runtime_config(&self) -> anyhow::Result<crate::runtime::RuntimeConfig> {
+        use anyhow::Context;
+        let cache_dir = if self.no_cache {
+            None
+        } else {
+            self.cache_dir.clone().or_else(default_cache_dir)
+        };
+        let compiler = std::env::current_exe().context(
+            "cannot find the wasmprov binary, which compiles plugins in a child process",
+        )?;
+        Ok(crate::runtime::RuntimeConfig {
+            cache_dir,
+            compile_budget: Some(crate::runtime::compile::CompileBudget {
+                compiler,
+                memory_limit: self.compile_memory_limit,
+                timeout: self.compile_timeout,
+            }),
+            ..crate::runtime::RuntimeConfig::default()
+        })
+    }
+}
+
+/// A memory quantity of at least 64Mi (a compiler needs that much).
+fn parse_memory(text: &str) -> Result<u64, String> {
+    let bytes = crate::quantity::parse_bytes(text).map_err(|e| e.to_string())?;
+    if bytes < 64 << 20 {
+        return Err(format!("{text} is below the 64Mi a compiler needs"));
+    }
+    Ok(bytes)
+}
+
+/// The compiler child's arguments (`runtime::compile`): not for people.
+#[derive(Debug, Args)]
+pub struct CompileComponentArgs {
+    #[arg(long)]
+    memory_limit: u64,
+    /// The engine settings, as the host passes them.
+    settings: Vec<String>,
 }
 
 /// `$XDG_CACHE_HOME/wasmprov/compiled`, else `~/.cache/wasmprov/compiled`.
@@ -116,5 +170,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Run(args) => run::run(args).await.map(|()| ExitCode::SUCCESS),
         Command::Dev(args) => dev::run(args).await,
         Command::Plugin(cmd) => plugin::run(cmd).await,
+        Command::CompileComponent(args) => Ok(crate::runtime::compile_child(
+            args.memory_limit,
+            &args.settings,
+        )),
     }
 }

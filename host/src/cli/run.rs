@@ -15,7 +15,7 @@ use crate::lifecycle::{self, Names};
 use crate::metrics::Metrics;
 use crate::ops::{self, Ops};
 use crate::registry::PluginRegistry;
-use crate::runtime::{Runtime, RuntimeConfig};
+use crate::runtime::Runtime;
 
 #[derive(Debug, Clone, Args)]
 pub struct LifecycleArgs {
@@ -432,15 +432,7 @@ pub async fn serve_plugins(
     args: &RuntimeArgs,
     metrics: Arc<Metrics>,
 ) -> anyhow::Result<Arc<PluginRegistry>> {
-    let cache_dir = if args.no_cache {
-        None
-    } else {
-        args.cache_dir.clone().or_else(super::default_cache_dir)
-    };
-    let runtime = Runtime::new(RuntimeConfig {
-        cache_dir,
-        ..RuntimeConfig::default()
-    })?;
+    let runtime = Runtime::new(args.runtime_config()?)?;
     let sources = delivery::Sources {
         dir,
         configmaps,

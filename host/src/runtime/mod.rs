@@ -16,6 +16,7 @@
 
 pub mod bindings;
 mod cache;
+pub mod compile;
 mod contract;
 mod fs_guard;
 mod inspect;
@@ -68,6 +69,9 @@ pub struct RuntimeConfig {
     /// older kernels fall back to the memset. Off only to measure the
     /// difference.
     pub reset_dirty_pages_only: bool,
+    /// Compile in a child process within this budget; `None` compiles in
+    /// process, bounded only by the shape check ([`compile`]).
+    pub compile_budget: Option<compile::CompileBudget>,
 }
 
 impl Default for RuntimeConfig {
@@ -78,6 +82,7 @@ impl Default for RuntimeConfig {
             max_concurrent_calls: 64,
             keep_resident: 16 << 20,
             reset_dirty_pages_only: true,
+            compile_budget: None,
         }
     }
 }
@@ -112,6 +117,10 @@ pub enum LoadError {
         limit: u64,
         max: u64,
     },
+    #[error("plugin {plugin}: refused before compiling: {message}; a component made by a compiler never comes near this, so this one was likely made to exhaust the host")]
+    Shape { plugin: String, message: String },
+    #[error("plugin {plugin}: {message}; the host is unaffected, and raising the budget is only for a component you trust")]
+    CompileBudget { plugin: String, message: String },
     #[error("plugin {plugin}: failed its first call (capabilities): {source}")]
     Probe {
         plugin: String,
@@ -161,6 +170,83 @@ pub struct Compiled {
     pub compile_time: Duration,
 }
 
+/// The engine of a runtime with `config`. The compiler child builds the same
+/// one (so what it compiles loads here) but with `pooling` off: the pool's
+/// writable reservations (stacks, tables) would count against its memory
+/// limit, and compiled code does not depend on how instances are allocated.
+fn engine(config: &RuntimeConfig, pooling: bool) -> wasmtime::Result<Engine> {
+    let slots = config.max_concurrent_calls;
+    let mut pool = PoolingAllocationConfig::default();
+    // A component holds several core instances and memories (adapters,
+    // language runtimes): size the pool per component, not per module.
+    pool.total_component_instances(slots)
+        .total_core_instances(slots * 16)
+        .total_memories(slots * 4)
+        .total_tables(slots * 16)
+        .total_stacks(slots)
+        .max_memory_size(usize::try_from(config.max_memory_per_call).unwrap_or(usize::MAX))
+        .max_component_instance_size(4 << 20)
+        .max_core_instance_size(4 << 20)
+        .linear_memory_keep_resident(config.keep_resident)
+        .table_keep_resident(64 << 10)
+        // A fresh instance of the hostpath plugin costs 10 µs with this
+        // instead of 27 µs: its call dirties a few pages of a >1 MiB
+        // memory, and memsetting all of it was most of the cost.
+        .pagemap_scan(if config.reset_dirty_pages_only {
+            Enabled::Auto
+        } else {
+            Enabled::No
+        });
+    let mut wasm = Config::new();
+    wasm.wasm_component_model(true).epoch_interruption(true);
+    if pooling {
+        wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    }
+    Engine::new(&wasm)
+}
+
+/// The settings the compiler child needs to build [`engine`] (read back by
+/// [`compile_child`]).
+fn engine_args(config: &RuntimeConfig) -> Vec<String> {
+    vec![
+        config.max_memory_per_call.to_string(),
+        config.max_concurrent_calls.to_string(),
+        config.keep_resident.to_string(),
+        config.reset_dirty_pages_only.to_string(),
+    ]
+}
+
+/// `wasmprov __compile-component`: the compiler child ([`compile`]).
+/// `args` are what [`engine_args`] wrote.
+pub fn compile_child(memory_limit: u64, args: &[String]) -> std::process::ExitCode {
+    let parsed = match args {
+        [memory, calls, resident, dirty] => (|| {
+            Some(RuntimeConfig {
+                max_memory_per_call: memory.parse().ok()?,
+                max_concurrent_calls: calls.parse().ok()?,
+                keep_resident: resident.parse().ok()?,
+                reset_dirty_pages_only: dirty.parse().ok()?,
+                ..RuntimeConfig::default()
+            })
+        })(),
+        _ => None,
+    };
+    let Some(config) = parsed else {
+        eprintln!(
+            "{}: expected the engine settings the host passes, got {args:?}",
+            compile::SUBCOMMAND
+        );
+        return std::process::ExitCode::FAILURE;
+    };
+    match engine(&config, false) {
+        Ok(engine) => compile::child_main(memory_limit, engine),
+        Err(e) => {
+            eprintln!("cannot build the engine: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 /// The Wasm engine shared by every plugin.
 pub struct Runtime {
     engine: Engine,
@@ -176,34 +262,8 @@ pub struct Runtime {
 impl Runtime {
     pub fn new(config: RuntimeConfig) -> Result<Self, RuntimeError> {
         let engine_err = |e: wasmtime::Error| RuntimeError::Engine(format!("{e:#}"));
-        let mut pool = PoolingAllocationConfig::default();
         let slots = config.max_concurrent_calls;
-        // A component holds several core instances and memories (adapters,
-        // language runtimes): size the pool per component, not per module.
-        pool.total_component_instances(slots)
-            .total_core_instances(slots * 16)
-            .total_memories(slots * 4)
-            .total_tables(slots * 16)
-            .total_stacks(slots)
-            .max_memory_size(usize::try_from(config.max_memory_per_call).unwrap_or(usize::MAX))
-            .max_component_instance_size(4 << 20)
-            .max_core_instance_size(4 << 20)
-            .linear_memory_keep_resident(config.keep_resident)
-            .table_keep_resident(64 << 10)
-            // A fresh instance of the hostpath plugin costs 10 µs with this
-            // instead of 27 µs: its call dirties a few pages of a >1 MiB
-            // memory, and memsetting all of it was most of the cost.
-            .pagemap_scan(if config.reset_dirty_pages_only {
-                Enabled::Auto
-            } else {
-                Enabled::No
-            });
-
-        let mut wasm = Config::new();
-        wasm.wasm_component_model(true)
-            .epoch_interruption(true)
-            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-        let engine = Engine::new(&wasm).map_err(engine_err)?;
+        let engine = engine(&config, true).map_err(engine_err)?;
 
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(engine_err)?;
@@ -273,11 +333,7 @@ impl Runtime {
         {
             Some(component) => (component, CacheOutcome::Hit),
             None => {
-                let component =
-                    Component::new(&self.engine, bytes).map_err(|e| LoadError::Invalid {
-                        plugin: name(),
-                        message: format!("{e:#}"),
-                    })?;
+                let component = self.compile_within_budget(plugin, bytes)?;
                 let outcome = match &self.cache {
                     Some(cache) => match cache.store(key, &component) {
                         Ok(()) => CacheOutcome::Compiled,
@@ -299,6 +355,35 @@ impl Runtime {
             outcome,
             started.elapsed(),
         )
+    }
+
+    /// Compiles `bytes`, refusing a dangerous shape first, in the compiler
+    /// child when the runtime has a budget ([`compile`]).
+    fn compile_within_budget(&self, plugin: &str, bytes: &[u8]) -> Result<Component, LoadError> {
+        let invalid = |message: String| LoadError::Invalid {
+            plugin: plugin.to_owned(),
+            message,
+        };
+        compile::check_shape(bytes).map_err(|message| LoadError::Shape {
+            plugin: plugin.to_owned(),
+            message,
+        })?;
+        let Some(budget) = &self.config.compile_budget else {
+            return Component::new(&self.engine, bytes).map_err(|e| invalid(format!("{e:#}")));
+        };
+        let artifact = compile::compile_in_child(budget, &engine_args(&self.config), bytes)
+            .map_err(|e| match e {
+                compile::ChildError::Invalid(message) => invalid(message),
+                compile::ChildError::Budget(message) => LoadError::CompileBudget {
+                    plugin: plugin.to_owned(),
+                    message,
+                },
+            })?;
+        // SAFETY: the artifact was just written by this very program (the
+        // compiler child, same engine settings) from the bytes above;
+        // `deserialize` checks that it was made for this engine.
+        unsafe { Component::deserialize(&self.engine, &artifact) }
+            .map_err(|e| invalid(format!("the compiler's output does not load: {e:#}")))
     }
 
     /// A component compiled earlier, found in the compile cache by its digest

@@ -19,7 +19,7 @@ mod pack;
 use super::{RuntimeArgs, DEFAULT_PROVISIONER_NAME};
 use crate::policy::PolicySet;
 use crate::provisioner::{ProvisionOptions, ProvisionState, PLUGIN_PARAMETER};
-use crate::runtime::{CacheOutcome, Runtime, RuntimeConfig};
+use crate::runtime::{CacheOutcome, Runtime};
 use crate::text::escape_control;
 use crate::wasm_provisioner::WasmProvisioner;
 
@@ -138,15 +138,7 @@ fn plugin_name(args: &PluginFile) -> anyhow::Result<String> {
 }
 
 fn runtime(args: &RuntimeArgs) -> anyhow::Result<Runtime> {
-    let cache_dir = if args.no_cache {
-        None
-    } else {
-        args.cache_dir.clone().or_else(super::default_cache_dir)
-    };
-    Ok(Runtime::new(RuntimeConfig {
-        cache_dir,
-        ..RuntimeConfig::default()
-    })?)
+    Ok(Runtime::new(args.runtime_config()?)?)
 }
 
 async fn load(args: &PluginFile) -> anyhow::Result<Loaded> {
