@@ -693,12 +693,12 @@ async fn every_granted_kind_has_its_location_checked() {
     let dir = tempfile::tempdir().unwrap();
     let p = plugin(
         dir.path(),
-        "output: {sources: [csi], uncheckedSources: [iscsi, cephfs], csiDrivers: [{name: disk.example.com, volumeHandlePrefixes: [pool-a/], volumeAttributes: ['tier=fast']}]}",
+        "output: {sources: [csi], uncheckedSources: [iscsi, cephfs], csiDrivers: [{name: disk.example.com, volumeHandlePrefixes: [pool-a/], volumeAttributes: ['tier=fast', 'subdir=*']}]}",
     )
     .await;
     for granted in [
         serde_json::json!({"csi": {"driver": "disk.example.com", "volumeHandle": "pool-a/pvc-out",
-            "volumeAttributes": {"tier": "fast"}}}),
+            "volumeAttributes": {"tier": "fast", "subdir": "team/pvc-out..v2"}}}),
         serde_json::json!({"iscsi": {"targetPortal": "10.0.0.9:3260", "iqn": "iqn.2001-04.com.example:a", "lun": 0}}),
     ] {
         returning(&p, &[("source", &json(granted.clone()))])
@@ -714,7 +714,13 @@ async fn every_granted_kind_has_its_location_checked() {
         (
             serde_json::json!({"csi": {"driver": "disk.example.com", "volumeHandle": "pool-a/pvc-out",
                 "volumeAttributes": {"tier": "fast", "path": "/"}}}),
-            "csi.volumeAttributes \"path=/\" is not granted for driver disk.example.com (tier=fast)",
+            "csi.volumeAttributes \"path=/\" is not granted for driver disk.example.com (tier=fast, subdir=*)",
+        ),
+        (
+            // csi-driver-nfs mounts server:share/subdir.
+            serde_json::json!({"csi": {"driver": "disk.example.com", "volumeHandle": "pool-a/pvc-out",
+                "volumeAttributes": {"subdir": "../../.."}}}),
+            "csi.volumeAttributes \"subdir=../../..\" climbs with \"..\"",
         ),
         (
             serde_json::json!({"csi": {"driver": "disk.example.com", "volumeHandle": "pool-a/pvc-out",

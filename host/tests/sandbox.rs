@@ -593,3 +593,42 @@ async fn a_plugin_whose_preopens_are_apart_from_its_volumes_may_still_make_links
         .expect("hard links are allowed here");
     assert!(scratch.path().join("pvc-test.hard").exists());
 }
+
+/// A guest-to-host call copies at most 4 MiB out of the guest (wasmtime
+/// would allow 128 MiB, uncounted by `memoryLimit`); honest calls stay far
+/// below it, even writing a large file.
+#[tokio::test]
+async fn one_call_into_the_host_cannot_make_it_copy_more_than_a_few_mebibytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut pol = policy();
+    pol.memory_limit = 128 << 20;
+    pol.timeout = Duration::from_secs(20);
+    pol.preopens = vec![Preopen {
+        host: dir.path().to_owned(),
+        guest: "/data".into(),
+        mode: DirMode::ReadWrite,
+    }];
+    let p = misbehave(pol).await;
+    let err = provision_with(&p, &[("behavior", "log-huge")])
+        .await
+        .expect_err("a 32 MiB log call is refused");
+    assert_eq!(err.state, ProvisionState::Failed, "{}", err.message);
+    assert_still_serves(&p).await;
+    // 2 MiB in one log call is within the budget (and cut to 4 KiB).
+    provision_with(
+        &p,
+        &[("behavior", "log-huge"), ("message-bytes", "2097152")],
+    )
+    .await
+    .expect("a 2 MiB log call passes");
+    // A 48 MiB file in one write of the guest: WASI streams chunk it.
+    provision_with(&p, &[("behavior", "write-inside"), ("bytes", "50331648")])
+        .await
+        .expect("a large write is not one host call");
+    assert_eq!(
+        std::fs::metadata(dir.path().join("inside.txt"))
+            .unwrap()
+            .len(),
+        48 << 20
+    );
+}

@@ -207,6 +207,7 @@ impl Plugin {
         let state = CallState::new(&self.name, subject, &self.policy).map_err(sandbox_error)?;
         let mut store = Store::new(self.compiled.hooks.engine(), state);
         store.limiter(|s| &mut s.limiter);
+        store.set_hostcall_fuel(super::sandbox::MAX_HOSTCALL_BYTES);
         let deadline = Instant::now() + self.policy.timeout;
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(move |_| {

@@ -25,6 +25,13 @@ pub const MAX_LOG_LINE_BYTES: usize = 4096;
 const MAX_LOG_FIELDS: usize = 32;
 /// Bytes of stdout/stderr kept per call (the rest is dropped and counted).
 pub const MAX_CAPTURED_OUTPUT: usize = 16 * 1024;
+/// What one guest-to-host call may make the host allocate (strings and
+/// lists copied out of the guest); past it the call traps. wasmtime's
+/// default, 128 MiB, is not bounded by `memoryLimit`: a list of strings
+/// sharing one buffer costs the host far more than the guest. WASI writes
+/// and reads go through streams in small chunks, and a log line is cut to
+/// 4 KiB anyway, so 4 MiB leaves every honest call room.
+pub const MAX_HOSTCALL_BYTES: usize = 4 << 20;
 
 /// Everything a Store holds during one call.
 pub struct CallState {

@@ -325,6 +325,15 @@ fn check_csi(fields: &Value, policy: &OutputPolicy, owner: &Owner<'_>) -> Result
             ));
         }
         let pair = format!("{key}={value}");
+        // csi-driver-nfs mounts `server:share/subdir`: a value granted by
+        // `key=*` may be anything but a climb out of where the driver puts it.
+        let climbs = value.split(['/', '\\']).any(|part| part == "..");
+        if climbs && !grant.volume_attributes.contains(&pair) {
+            return Err(format!(
+                "csi.volumeAttributes {:?} climbs with \"..\"; a key=* grant takes any value but that (grant the exact key=value if it is meant)",
+                escape_control(&pair)
+            ));
+        }
         if pair.chars().any(char::is_control) || !pair_granted(&pair, &grant.volume_attributes) {
             return Err(format!(
                 "csi.volumeAttributes {:?} is not granted for driver {driver} ({}) (grant: output.csiDrivers[].volumeAttributes, key=value or key=*)",

@@ -92,6 +92,7 @@ pub const BEHAVIORS: &[&str] = &[
     "read-passwd",
     "write-outside",
     "write-inside",
+    "log-huge",
     "read-inside",
     "socket",
     "env",
@@ -364,7 +365,24 @@ impl Guest for Misbehave {
             // Granted access: prove a read-write preopen works.
             "write-inside" => {
                 let path = format!("{dir}/inside.txt");
-                std::fs::write(&path, "hello").map_err(|e| Failed(format!("write {path}: {e}")))?;
+                // With `bytes`, that many (in one write call of the guest).
+                let text = match param(params, "bytes") {
+                    Some(n) => "x".repeat(
+                        n.parse()
+                            .map_err(|e| InvalidArgument(format!("parameter bytes: {e}")))?,
+                    ),
+                    None => "hello".to_string(),
+                };
+                std::fs::write(&path, text).map_err(|e| Failed(format!("write {path}: {e}")))?;
+                Ok(ok())
+            }
+            // One log call carrying `message-bytes` bytes (default 32 MiB).
+            "log-huge" => {
+                let n: usize = param(params, "message-bytes")
+                    .unwrap_or("33554432")
+                    .parse()
+                    .map_err(|e| InvalidArgument(format!("parameter message-bytes: {e}")))?;
+                logging::log(Level::Info, &"x".repeat(n), &[]);
                 Ok(ok())
             }
             "read-inside" => {
