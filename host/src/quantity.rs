@@ -99,7 +99,8 @@ pub fn parse_bytes(input: &str) -> Result<u64, QuantityError> {
     let too_large = || err("it is larger than 2^64 bytes");
     let value = match multiplier {
         Scale::Binary(shift) => {
-            let scaled = mantissa.checked_shl(shift).ok_or_else(too_large)?;
+            // `checked_shl` checks the shift, not the product: multiply.
+            let scaled = mantissa.checked_mul(1u128 << shift).ok_or_else(too_large)?;
             div_ceil_pow10(scaled, frac_len)
         }
         Scale::Decimal(exp) => {
@@ -208,6 +209,8 @@ mod tests {
             "abc",
             "1e",
             "99999999999Ei",
+            // 2^68 + 1: times 2^60 wraps a u128 to exactly 1Ei.
+            "295147905179352825857Ei",
             "1 Gi",
         ] {
             let e = parse_bytes(input).expect_err(input);

@@ -24,12 +24,17 @@ pub fn escape_control(s: &str) -> Cow<'_, str> {
     out.into()
 }
 
-fn needs_escape(c: char) -> bool {
+/// Control characters, and the characters that change or hide what text
+/// shows: bidirectional controls, line separators, and invisible ones
+/// (zero-width spaces and joiners, the soft hyphen, the byte-order mark),
+/// which could make `pvc-a\u{200b}` look like `pvc-a`.
+pub fn needs_escape(c: char) -> bool {
     c.is_control()
         || matches!(
             c,
             '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
                 | '\u{2028}' | '\u{2029}'
+                | '\u{00ad}' | '\u{180e}' | '\u{200b}'..='\u{200d}' | '\u{2060}'..='\u{2064}' | '\u{feff}'
         )
 }
 
@@ -90,5 +95,13 @@ mod tests {
         assert!(cut.starts_with("\\u{1b}"), "{cut}");
         assert!(!cut.contains('\u{1b}'), "{cut}");
         assert!(cut.contains("truncated"), "{cut}");
+    }
+
+    #[test]
+    fn invisible_characters_are_escaped() {
+        assert_eq!(
+            escape_control("pvc-a\u{200b}\u{feff}\u{ad}b"),
+            "pvc-a\\u{200b}\\u{feff}\\u{ad}b"
+        );
     }
 }

@@ -505,3 +505,46 @@ async fn a_link_where_volumes_live_refuses_that_grant_only_and_never_the_host() 
         }
     }
 }
+
+/// A plugin that could write in the compile cache could plant compiled code
+/// the host would load as its own: no read-write preopen may overlap it.
+#[tokio::test]
+async fn no_plugin_may_write_where_compiled_code_is_cached() {
+    let root = tempfile::tempdir().unwrap();
+    let cache = root.path().join("cache");
+    let beside = root.path().join("volumes");
+    std::fs::create_dir_all(&beside).unwrap();
+    let runtime = wasmprov::runtime::Runtime::new(wasmprov::runtime::RuntimeConfig {
+        cache_dir: Some(cache.clone()),
+        ..Default::default()
+    })
+    .unwrap();
+    let wasm = std::fs::read(rust_guest_path("misbehave")).unwrap();
+    let with = |host: &Path, mode| SandboxPolicy {
+        preopens: vec![Preopen {
+            host: host.to_owned(),
+            guest: "/data".into(),
+            mode,
+        }],
+        ..SandboxPolicy::default()
+    };
+    for host in [root.path(), cache.as_path()] {
+        let err = runtime
+            .load("misbehave", &wasm, with(host, DirMode::ReadWrite))
+            .await
+            .expect_err("refused");
+        assert!(
+            err.to_string().contains("overlaps the compile cache"),
+            "{}: {err}",
+            host.display()
+        );
+    }
+    runtime
+        .load("misbehave", &wasm, with(root.path(), DirMode::ReadOnly))
+        .await
+        .expect("reading is harmless");
+    runtime
+        .load("misbehave", &wasm, with(&beside, DirMode::ReadWrite))
+        .await
+        .expect("a directory beside the cache");
+}

@@ -116,6 +116,14 @@ async fn host_paths_stay_in_the_granted_directory() {
         ),
         ("/etc".to_owned(), "\"/etc\" is not in a granted directory"),
         (format!("{root}-other/x"), "is not in a granted directory"),
+        (
+            format!("{root}/pvc-out\u{1b}[2J"),
+            "holds the character U+001B, which shows as something else or nothing",
+        ),
+        (
+            format!("{root}/pvc-out\u{200b}"),
+            "holds the character U+200B",
+        ),
     ] {
         let source = json(serde_json::json!({"hostPath": {"path": path}}));
         assert_refused(
@@ -263,6 +271,13 @@ async fn nfs_servers_csi_drivers_and_secret_namespaces_need_grants() {
             "nfs 10.9.9.9:/exports/pvc-out is not in a granted export (10.0.0.5:/exports)",
         ),
         (
+            // Read back as mount options by some tools, shown as two lines.
+            json(
+                serde_json::json!({"nfs": {"server": "10.0.0.5", "path": "/exports/pvc-out\n,exec"}}),
+            ),
+            "nfs.path \"/exports/pvc-out\\n,exec\" holds the character U+000A",
+        ),
+        (
             json(serde_json::json!({"csi": {"driver": "evil.example.com", "volumeHandle": "v"}})),
             "csi.driver \"evil.example.com\" is not one of the granted drivers",
         ),
@@ -338,22 +353,35 @@ async fn oversized_answers_are_refused_and_messages_cut() {
         "output: {sources: [hostPath], paths: [/tmp/ok], labelPrefixes: [misbehave.test/]}",
     )
     .await;
-    // 100,000 labels: refused before any is copied into a PersistentVolume.
-    let err = returning(&p, &[("label-count", "100000")])
+    // 10,000 labels: refused before any is copied into a PersistentVolume.
+    let err = returning(&p, &[("label-count", "10000")])
         .await
         .expect_err("too many labels");
     assert!(
         err.message
-            .contains("it returned 100000 labels; at most 64 are allowed"),
+            .contains("it returned 10000 labels; at most 64 are allowed"),
         "{}",
         err.message
     );
     assert!(!made(dir.path()).exists(), "cleaned up");
+    // 100,000: more than the host copies out of a plugin in one call.
+    let err = returning(&p, &[("label-count", "100000")])
+        .await
+        .expect_err("far too many labels");
+    assert!(
+        err.message
+            .contains("it passed or returned more than 4 MiB at once"),
+        "{}",
+        err.message
+    );
 
-    // A 30 MiB error message reaches the claim's events and logs cut.
+    // A 3 MiB error message reaches the claim's events and logs cut.
     let opts = options(
         "pvc-huge",
-        class("huge", &[("behavior", "huge-message")]),
+        class(
+            "huge",
+            &[("behavior", "huge-message"), ("message-bytes", "3145728")],
+        ),
         claim("data", "1Mi"),
     );
     let err = p.provision(&opts).await.expect_err("huge-message fails");
@@ -366,10 +394,22 @@ async fn oversized_answers_are_refused_and_messages_cut() {
     assert!(
         err.message.contains(&format!(
             "[{} bytes truncated]",
-            (30 << 20) - MAX_MESSAGE_BYTES
+            (3 << 20) - MAX_MESSAGE_BYTES
         )),
         "{}",
         &err.message[err.message.len() - 60..]
+    );
+    // 30 MiB fails the call as too much, its text never copied.
+    let opts = options(
+        "pvc-huge",
+        class("huge", &[("behavior", "huge-message")]),
+        claim("data", "1Mi"),
+    );
+    let err = p.provision(&opts).await.expect_err("huge-message fails");
+    assert!(
+        err.message.contains("more than 4 MiB at once") && err.message.len() < 1024,
+        "{}",
+        err.message
     );
 }
 
@@ -412,10 +452,12 @@ async fn a_plugin_without_an_output_entry_may_return_nothing() {
     );
 }
 
-/// The class of the parameter tests: one plain parameter, one secret.
-fn echo_options() -> wasmprov::provisioner::ProvisionOptions {
+/// The class of the parameter tests: one plain parameter, one secret. Each
+/// test names its own volume: the guest's default delete removes its
+/// directory, which a test running beside it would still be checking.
+fn echo_options(pv: &str) -> wasmprov::provisioner::ProvisionOptions {
     options(
-        "pvc-secret",
+        pv,
         class(
             "secret",
             &[
@@ -442,7 +484,7 @@ async fn secret_parameters_reach_provision_but_are_never_written_on_the_volume()
         &format!("secretParameters: [password], output: {MISBEHAVE_OUTPUT}"),
     )
     .await;
-    let opts = echo_options();
+    let opts = echo_options("pvc-secret");
     let pv = p.provision(&opts).await.unwrap();
     let annotations = pv.metadata.annotations.clone().unwrap();
     assert_eq!(
@@ -475,7 +517,7 @@ async fn secret_parameters_reach_provision_but_are_never_written_on_the_volume()
 #[tokio::test]
 async fn record_parameters_writes_only_the_granted_keys_on_the_volume() {
     let dir = tempfile::tempdir().unwrap();
-    let opts = echo_options();
+    let opts = echo_options("pvc-recorded");
     for (entry, want) in [
         (
             "recordParameters: [server]",
@@ -790,6 +832,21 @@ async fn a_plugin_cannot_pin_a_volume_to_a_node_the_scheduler_did_not_pick() {
         dir.path(),
         "node-affinity term 0 does not select node node-a, which the scheduler picked",
     );
+    // An Immediate class with no allowedTopologies: no node to check
+    // against, so only a plugin granted anyNodeAffinity may pin.
+    let mut immediate = on("node-b");
+    immediate.selected_node = None;
+    assert_refused(
+        p.provision(&immediate).await,
+        dir.path(),
+        "neither the scheduler (no selected node) nor the class (no allowedTopologies) says where it may be",
+    );
+    let granted = plugin(
+        dir.path(),
+        "output: {sources: [hostPath], paths: [/tmp/ok], annotationPrefixes: [misbehave.test/], anyNodeAffinity: true}",
+    )
+    .await;
+    granted.provision(&immediate).await.unwrap();
 }
 
 #[tokio::test]

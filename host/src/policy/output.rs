@@ -23,6 +23,7 @@
 //!       annotationPrefixes: [example.com/]
 //!       maxCapacity: 64Ti                    # default 1Ei
 //!       requireVolumeName: true              # false only for pools of existing storage
+//!       anyNodeAffinity: false               # true: may pin volumes of Immediate classes
 //! ```
 //!
 //! A granted directory must exist and be its own canonical path (no link in
@@ -156,6 +157,10 @@ pub struct OutputPolicy {
     /// the volume (`pvc-<uid>`), so one claim is never handed another's
     /// storage. Off only for plugins handing out existing storage (pools).
     pub require_volume_name: bool,
+    /// The plugin may pin a volume to nodes of its choice when neither the
+    /// scheduler (a selected node) nor the class (`allowedTopologies`)
+    /// says where it may be: a plugin that knows where its storage is.
+    pub any_node_affinity: bool,
 }
 
 impl OutputPolicy {
@@ -182,6 +187,7 @@ impl Default for OutputPolicy {
             record_parameters: BTreeSet::new(),
             max_capacity_bytes: DEFAULT_MAX_CAPACITY,
             require_volume_name: true,
+            any_node_affinity: false,
         }
     }
 }
@@ -212,6 +218,8 @@ pub(super) struct OutputSpec {
     annotation_prefixes: Vec<String>,
     max_capacity: Option<String>,
     require_volume_name: Option<bool>,
+    #[serde(default)]
+    any_node_affinity: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -325,6 +333,7 @@ impl OutputSpec {
             policy.max_capacity_bytes = bytes;
         }
         policy.require_volume_name = self.require_volume_name.unwrap_or(true);
+        policy.any_node_affinity = self.any_node_affinity;
         // In a pool, volumes have no recognisable name: each entry of the
         // grant may be one, so only the entries themselves are looked at.
         let depth = if policy.require_volume_name {

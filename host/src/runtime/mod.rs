@@ -42,7 +42,7 @@ pub use limits::MemoryLimitExceeded;
 pub use plugin::{CallError, Plugin};
 pub use sandbox::{MAX_LOG_BYTES_PER_CALL, MAX_LOG_LINES_PER_CALL};
 
-use crate::policy::SandboxPolicy;
+use crate::policy::{DirMode, SandboxPolicy};
 use cache::CompileCache;
 use contract::Hooks;
 use inspect::{BinaryKind, Mismatch};
@@ -121,6 +121,12 @@ pub enum LoadError {
     Shape { plugin: String, message: String },
     #[error("plugin {plugin}: {message}; the host is unaffected, and raising the budget is only for a component you trust")]
     CompileBudget { plugin: String, message: String },
+    #[error("plugin {plugin}: its read-write preopen {} overlaps the compile cache {}, where it could plant compiled code the host would run; preopen another directory, or move the cache (--cache-dir)", .preopen.display(), .cache.display())]
+    PreopenOverCache {
+        plugin: String,
+        preopen: PathBuf,
+        cache: PathBuf,
+    },
     #[error("plugin {plugin}: failed its first call (capabilities): {source}")]
     Probe {
         plugin: String,
@@ -471,6 +477,23 @@ impl Runtime {
                 limit: policy.memory_limit,
                 max: self.config.max_memory_per_call,
             });
+        }
+        if let Some(cache) = &self.config.cache_dir {
+            let cache = std::fs::canonicalize(cache).unwrap_or_else(|_| cache.clone());
+            for dir in policy
+                .preopens
+                .iter()
+                .filter(|p| p.mode == DirMode::ReadWrite)
+            {
+                let host = std::fs::canonicalize(&dir.host).unwrap_or_else(|_| dir.host.clone());
+                if host.starts_with(&cache) || cache.starts_with(&host) {
+                    return Err(LoadError::PreopenOverCache {
+                        plugin: plugin.to_owned(),
+                        preopen: dir.host.clone(),
+                        cache,
+                    });
+                }
+            }
         }
         Plugin::probe(plugin, compiled, policy, self.slots.clone())
             .await

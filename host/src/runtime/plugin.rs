@@ -288,10 +288,17 @@ impl Call<'_> {
         if let Some(Trap::Interrupt) = err.downcast_ref::<Trap>() {
             return Err(timeout());
         }
-        let message = match err.downcast_ref::<Trap>() {
+        let mut message = match err.downcast_ref::<Trap>() {
             Some(trap) => trap.to_string(),
             None => format!("{err:#}"),
         };
+        // wasmtime's error for MAX_HOSTCALL_BYTES (its type is private).
+        if message.contains("fuel allocated for hostcalls has been exhausted") {
+            message = format!(
+                "it passed or returned more than {} MiB at once, the most the host copies out of a plugin in one call ({message})",
+                super::sandbox::MAX_HOSTCALL_BYTES >> 20
+            );
+        }
         // The error can quote the guest (its names, its strings).
         let message = escape_control(&message).into_owned();
         Err(CallError::Trap {

@@ -52,12 +52,17 @@ pub fn check(
         let location = match kind.as_str() {
             "hostPath" | "local" => {
                 let path = fields["path"].as_str().unwrap_or_default();
-                check_path(path, policy, &owner).map_err(|e| format!("{kind}.path {e}"))
+                shown_as_is(path)
+                    .and_then(|()| check_path(path, policy, &owner))
+                    .map_err(|e| format!("{kind}.path {e}"))
             }
             "nfs" => {
                 let server = fields["server"].as_str().unwrap_or_default();
                 let path = fields["path"].as_str().unwrap_or_default();
-                check_export(server, path, policy, &owner)
+                shown_as_is(server)
+                    .map_err(|e| format!("nfs.server {e}"))
+                    .and_then(|()| shown_as_is(path).map_err(|e| format!("nfs.path {e}")))
+                    .and_then(|()| check_export(server, path, policy, &owner))
             }
             "csi" => check_csi(fields, policy, &owner),
             // Granted under uncheckedSources: nothing the host can check.
@@ -99,7 +104,7 @@ pub fn check(
         }
     }
     if let Some(affinity) = &volume.node_affinity {
-        if let Err(e) = check_node_affinity(affinity, opts) {
+        if let Err(e) = check_node_affinity(affinity, opts, policy.any_node_affinity) {
             refusals.push(e);
         }
     }
@@ -134,6 +139,20 @@ pub fn check(
         }
     }
     refusals
+}
+
+/// A location holds no control or invisible character: `nfs.path` ending
+/// in `\n,exec` or a directory name with an escape sequence reads as
+/// something else in `kubectl`, logs and mount tables.
+fn shown_as_is(value: &str) -> Result<(), String> {
+    match value.chars().find(|c| crate::text::needs_escape(*c)) {
+        Some(c) => Err(format!(
+            "\"{}\" holds the character U+{:04X}, which shows as something else or nothing; a location may hold none",
+            escape_control(value),
+            c as u32
+        )),
+        None => Ok(()),
+    }
 }
 
 /// Why a capacity is refused: above the plugin's `maxCapacity`.
@@ -380,10 +399,13 @@ fn check_handle(
 /// The volume's node affinity may only keep it on nodes the request allows:
 /// the node the scheduler selected (every term must select it), or, with
 /// no selected node, the class's allowed topologies (every term must stay
-/// within one of them).
+/// within one of them). With neither, only a plugin granted
+/// `anyNodeAffinity` may choose: otherwise it would choose which nodes the
+/// claim's pods run on.
 fn check_node_affinity(
     affinity: &wit::NodeAffinity,
     opts: &ProvisionOptions,
+    any_granted: bool,
 ) -> Result<(), String> {
     if let Some(node) = &opts.selected_node {
         let name = node.metadata.name.as_deref().unwrap_or_default();
@@ -399,7 +421,12 @@ fn check_node_affinity(
     }
     let allowed = opts.class.allowed_topologies.as_deref().unwrap_or_default();
     if allowed.is_empty() {
-        return Ok(());
+        if any_granted || affinity.terms.is_empty() {
+            return Ok(());
+        }
+        return Err(
+            "it pins the volume to nodes, and neither the scheduler (no selected node) nor the class (no allowedTopologies) says where it may be, so the plugin would choose where the claim's pods run; use volumeBindingMode: WaitForFirstConsumer, list allowedTopologies on the class, or, for a plugin that knows where its storage is, grant output.anyNodeAffinity: true".to_owned(),
+        );
     }
     for (i, term) in affinity.terms.iter().enumerate() {
         let within = allowed.iter().any(|topology| {
