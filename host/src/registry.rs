@@ -138,6 +138,15 @@ impl PluginRegistry {
             .collect()
     }
 
+    /// Why the host should not be ready: a plugin loader stopped, or a call
+    /// is stuck past its budget on a blocked thread.
+    pub fn unready_reason(&self) -> Option<String> {
+        self.loader_stopped().or_else(|| {
+            let stuck = self.runtime.stuck_calls();
+            (!stuck.is_empty()).then(|| stuck.join("; "))
+        })
+    }
+
     /// Why a plugin loader stopped (the host should not be ready), if one did.
     pub fn loader_stopped(&self) -> Option<String> {
         self.loader_stopped

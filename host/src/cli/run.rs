@@ -369,7 +369,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     .await?;
     ops.check_readiness({
         let registry = registry.clone();
-        Box::new(move || registry.loader_stopped())
+        Box::new(move || registry.unready_reason())
     });
     ops.add_notes({
         let registry = registry.clone();

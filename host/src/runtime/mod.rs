@@ -12,13 +12,16 @@
 //!
 //! Caveats: the time budget is wall-clock and enforced at epoch ticks
 //! ([`EPOCH_TICK`]); a call blocked inside a host function (e.g. a slow
-//! filesystem) is additionally bounded by a timer around the whole call.
+//! filesystem) is additionally bounded by a timer around the whole call, and
+//! one that even the timer cannot end (a thread blocked inline) is reported
+//! by [`Runtime::stuck_calls`].
 
 pub mod bindings;
 mod cache;
 pub mod compile;
 mod contract;
 mod fs_guard;
+mod in_flight;
 mod inspect;
 mod limits;
 mod plugin;
@@ -262,6 +265,7 @@ pub struct Runtime {
     /// Admission control in front of the instance pool: past the pool size,
     /// instantiation would fail instead of waiting.
     slots: Arc<Semaphore>,
+    in_flight: in_flight::CallsInFlight,
     ticker: Option<EpochTicker>,
 }
 
@@ -308,6 +312,7 @@ impl Runtime {
             linker,
             cache,
             slots: Arc::new(Semaphore::new(slots as usize)),
+            in_flight: in_flight::CallsInFlight::default(),
             config,
         })
     }
@@ -495,12 +500,24 @@ impl Runtime {
                 }
             }
         }
-        Plugin::probe(plugin, compiled, policy, self.slots.clone())
-            .await
-            .map_err(|source| LoadError::Probe {
-                plugin: plugin.to_owned(),
-                source: Box::new(source),
-            })
+        Plugin::probe(
+            plugin,
+            compiled,
+            policy,
+            self.slots.clone(),
+            self.in_flight.clone(),
+        )
+        .await
+        .map_err(|source| LoadError::Probe {
+            plugin: plugin.to_owned(),
+            source: Box::new(source),
+        })
+    }
+
+    /// Calls running well past their budget, which no timer could end (a
+    /// thread blocked in a filesystem call): the host is then not ready.
+    pub fn stuck_calls(&self) -> Vec<String> {
+        self.in_flight.stuck()
     }
 
     /// [`Runtime::compile`] then [`Runtime::instantiate`].

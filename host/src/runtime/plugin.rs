@@ -11,6 +11,7 @@ use super::bindings::types::{
     DeleteError, DeleteRequest, PluginCapabilities as Capabilities, ProvisionError,
     ProvisionRequest, ResizeError, ResizeRequest, ResizedVolume, Volume,
 };
+use super::in_flight::{CallsInFlight, InFlight};
 use super::limits::MemoryLimitExceeded;
 use super::sandbox::CallState;
 use super::Compiled;
@@ -74,6 +75,8 @@ pub struct Plugin {
     calls: Arc<Semaphore>,
     /// The runtime's instance pool slots.
     slots: Arc<Semaphore>,
+    /// The runtime's record of running calls.
+    in_flight: CallsInFlight,
 }
 
 impl std::fmt::Debug for Plugin {
@@ -92,6 +95,7 @@ impl Plugin {
         compiled: Compiled,
         policy: SandboxPolicy,
         slots: Arc<Semaphore>,
+        in_flight: CallsInFlight,
     ) -> Result<Self, CallError> {
         let mut plugin = Self {
             name: name.into(),
@@ -102,6 +106,7 @@ impl Plugin {
                 block_volumes: false,
             },
             slots,
+            in_flight,
         };
         plugin.capabilities = plugin.call_capabilities().await?;
         Ok(plugin)
@@ -224,6 +229,9 @@ impl Plugin {
             subject: subject.to_owned(),
             store,
             _permits: (plugin_permit, slot_permit),
+            _running: self
+                .in_flight
+                .start(&self.name, subject, self.policy.timeout),
         })
     }
 }
@@ -234,6 +242,7 @@ struct Call<'p> {
     subject: String,
     store: Store<CallState>,
     _permits: (SemaphorePermit<'p>, SemaphorePermit<'p>),
+    _running: InFlight,
 }
 
 enum Outcome<T> {
