@@ -47,6 +47,13 @@ async fn plugin(root: &Path) -> WasmProvisioner {
     .await
 }
 
+/// A fresh granted directory, by its canonical path (as a grant must be).
+fn grant_dir() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    (dir, root)
+}
+
 fn behaving(pv: &str, params: &[(&str, &str)]) -> ProvisionOptions {
     let mut all = vec![("dir", "/data")];
     all.extend_from_slice(params);
@@ -121,8 +128,7 @@ fn assert_swap_refused(message: &str) {
 
 #[tokio::test]
 async fn a_directory_swap_with_a_pods_link_cannot_redirect_a_volume_through_provision() {
-    let root = tempfile::tempdir().unwrap();
-    let root = std::fs::canonicalize(root.path()).unwrap();
+    let (_dir, root) = grant_dir();
     let p = plugin(&root).await;
     let saved = swap_setting(&p, &root).await;
     let err = provision(
@@ -137,8 +143,7 @@ async fn a_directory_swap_with_a_pods_link_cannot_redirect_a_volume_through_prov
 
 #[tokio::test]
 async fn a_directory_swap_with_a_pods_link_cannot_redirect_a_volume_through_delete() {
-    let root = tempfile::tempdir().unwrap();
-    let root = std::fs::canonicalize(root.path()).unwrap();
+    let (_dir, root) = grant_dir();
     let p = plugin(&root).await;
     let saved = swap_setting(&p, &root).await;
     // Any volume's delete (here A's own), with the plugin's class.
@@ -167,8 +172,7 @@ async fn a_directory_swap_with_a_pods_link_cannot_redirect_a_volume_through_dele
 
 #[tokio::test]
 async fn a_directory_swap_with_a_pods_link_cannot_redirect_a_volume_through_the_cleanup_delete() {
-    let root = tempfile::tempdir().unwrap();
-    let root = std::fs::canonicalize(root.path()).unwrap();
+    let (_dir, root) = grant_dir();
     let p = plugin(&root).await;
     let saved = swap_setting(&p, &root).await;
     // A volume the policy refuses (an annotation nobody granted): the host
@@ -202,8 +206,7 @@ async fn a_directory_swap_with_a_pods_link_cannot_redirect_a_volume_through_the_
 
 #[tokio::test]
 async fn a_plugin_may_archive_a_volume_and_move_files_but_not_hand_one_volume_to_another() {
-    let root = tempfile::tempdir().unwrap();
-    let root = std::fs::canonicalize(root.path()).unwrap();
+    let (_dir, root) = grant_dir();
     let p = plugin(&root).await;
     std::fs::create_dir(root.join(A)).unwrap();
     std::fs::write(root.join(A).join("data"), "a's data").unwrap();
@@ -295,8 +298,7 @@ fn unblock_later(fifo: PathBuf) -> Arc<AtomicBool> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn special_files_a_pod_made_are_never_opened() {
-    let root = tempfile::tempdir().unwrap();
-    let root = std::fs::canonicalize(root.path()).unwrap();
+    let (_dir, root) = grant_dir();
     let p = plugin(&root).await;
     let files = special_files(&root.join(A));
     let fired = unblock_later(files.fifo.clone());
@@ -341,8 +343,7 @@ async fn special_files_a_pod_made_are_never_opened() {
 
 #[tokio::test]
 async fn special_files_a_pod_made_are_never_moved_nor_a_volume() {
-    let root = tempfile::tempdir().unwrap();
-    let root = std::fs::canonicalize(root.path()).unwrap();
+    let (_dir, root) = grant_dir();
     let p = plugin(&root).await;
     let files = special_files(&root.join(A));
     for name in &files.names {
@@ -425,8 +426,7 @@ async fn a_plugin_apart_from_the_volumes_moves_what_it_likes() {
 /// restarted host starts, and every other grant keeps serving.
 #[tokio::test]
 async fn a_link_where_volumes_live_refuses_that_grant_only_and_never_the_host() {
-    let root = tempfile::tempdir().unwrap();
-    let root = std::fs::canonicalize(root.path()).unwrap();
+    let (_dir, root) = grant_dir();
     let (bad, good) = (root.join("bad"), root.join("good"));
     std::fs::create_dir_all(bad.join(A)).unwrap();
     std::fs::create_dir_all(&good).unwrap();
