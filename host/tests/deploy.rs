@@ -1179,6 +1179,8 @@ fn replica(d: &Deployment, pod: &Pod, name: &str, kubeconfig: &Path) -> Cli {
     }
     argv.push(format!("--kubeconfig={}", kubeconfig.display()));
     argv.push("--metrics-address=127.0.0.1:0".to_owned());
+    // The host runs in this test process: plugins compile in the real binary.
+    argv.push(format!("--compiler={}", env!("CARGO_BIN_EXE_wasmprov")));
     Cli::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"))
 }
 

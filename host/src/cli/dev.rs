@@ -123,6 +123,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
             no_cache: false,
             compile_memory_limit: args.compile_memory_limit,
             compile_timeout: args.compile_timeout,
+            compiler: None,
         },
         ops.metrics.clone(),
     )

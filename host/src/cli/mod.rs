@@ -86,6 +86,11 @@ pub struct RuntimeArgs {
     /// Time one plugin's compilation may take.
     #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = humantime::parse_duration, env = "WASMPROV_COMPILE_TIMEOUT")]
     pub compile_timeout: std::time::Duration,
+    /// The program run as `PROGRAM __compile-component` to compile plugins
+    /// [default: this wasmprov binary]; for hosts embedded in another
+    /// program (the tests).
+    #[arg(long, value_name = "PROGRAM", hide = true, env = "WASMPROV_COMPILER")]
+    pub compiler: Option<PathBuf>,
 }
 
 impl RuntimeArgs {
@@ -98,9 +103,12 @@ impl RuntimeArgs {
         } else {
             self.cache_dir.clone().or_else(default_cache_dir)
         };
-        let compiler = std::env::current_exe().context(
-            "cannot find the wasmprov binary, which compiles plugins in a child process",
-        )?;
+        let compiler = match &self.compiler {
+            Some(program) => program.clone(),
+            None => std::env::current_exe().context(
+                "cannot find the wasmprov binary, which compiles plugins in a child process",
+            )?,
+        };
         Ok(crate::runtime::RuntimeConfig {
             cache_dir,
             compile_budget: Some(crate::runtime::compile::CompileBudget {
