@@ -135,8 +135,6 @@ fn parse_memory(text: &str) -> Result<u64, String> {
 pub struct CompileComponentArgs {
     #[arg(long)]
     memory_limit: u64,
-    /// The engine settings, as the host passes them.
-    settings: Vec<String>,
 }
 
 /// `$XDG_CACHE_HOME/wasmprov/compiled`, else `~/.cache/wasmprov/compiled`.
@@ -178,9 +176,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Run(args) => run::run(args).await.map(|()| ExitCode::SUCCESS),
         Command::Dev(args) => dev::run(args).await,
         Command::Plugin(cmd) => plugin::run(cmd).await,
-        Command::CompileComponent(args) => Ok(crate::runtime::compile_child(
-            args.memory_limit,
-            &args.settings,
-        )),
+        Command::CompileComponent(args) => Ok(crate::runtime::compile_child(args.memory_limit)),
     }
 }

@@ -93,13 +93,8 @@ pub enum ChildError {
     Budget(String),
 }
 
-/// Compiles `bytes` in the child (`args`: the engine settings it needs to
-/// build the same engine) and returns the serialized artifact.
-pub fn compile_in_child(
-    budget: &CompileBudget,
-    args: &[String],
-    bytes: &[u8],
-) -> Result<Vec<u8>, ChildError> {
+/// Compiles `bytes` in the child and returns the serialized artifact.
+pub fn compile_in_child(budget: &CompileBudget, bytes: &[u8]) -> Result<Vec<u8>, ChildError> {
     let cannot = |e: std::io::Error| {
         ChildError::Budget(format!(
             "cannot run the compiler {} ({e}); it is the wasmprov binary itself",
@@ -110,7 +105,6 @@ pub fn compile_in_child(
         .arg(SUBCOMMAND)
         .arg("--memory-limit")
         .arg(budget.memory_limit.to_string())
-        .args(args)
         // Parallel compilation holds one function's working set per thread:
         // two keep the memory a component needs the same on any node.
         .env("RAYON_NUM_THREADS", "2")

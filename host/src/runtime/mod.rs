@@ -214,40 +214,11 @@ fn engine(config: &RuntimeConfig, pooling: bool) -> wasmtime::Result<Engine> {
     Engine::new(&wasm)
 }
 
-/// The settings the compiler child needs to build [`engine`] (read back by
-/// [`compile_child`]).
-fn engine_args(config: &RuntimeConfig) -> Vec<String> {
-    vec![
-        config.max_memory_per_call.to_string(),
-        config.max_concurrent_calls.to_string(),
-        config.keep_resident.to_string(),
-        config.reset_dirty_pages_only.to_string(),
-    ]
-}
-
-/// `wasmprov __compile-component`: the compiler child ([`compile`]).
-/// `args` are what [`engine_args`] wrote.
-pub fn compile_child(memory_limit: u64, args: &[String]) -> std::process::ExitCode {
-    let parsed = match args {
-        [memory, calls, resident, dirty] => (|| {
-            Some(RuntimeConfig {
-                max_memory_per_call: memory.parse().ok()?,
-                max_concurrent_calls: calls.parse().ok()?,
-                keep_resident: resident.parse().ok()?,
-                reset_dirty_pages_only: dirty.parse().ok()?,
-                ..RuntimeConfig::default()
-            })
-        })(),
-        _ => None,
-    };
-    let Some(config) = parsed else {
-        eprintln!(
-            "{}: expected the engine settings the host passes, got {args:?}",
-            compile::SUBCOMMAND
-        );
-        return std::process::ExitCode::FAILURE;
-    };
-    match engine(&config, false) {
+/// `wasmprov __compile-component`: the compiler child ([`compile`]). Its
+/// engine has no instance pool, the only part of a runtime's settings that
+/// differs between hosts, so it needs none of them.
+pub fn compile_child(memory_limit: u64) -> std::process::ExitCode {
+    match engine(&RuntimeConfig::default(), false) {
         Ok(engine) => compile::child_main(memory_limit, engine),
         Err(e) => {
             eprintln!("cannot build the engine: {e:#}");
@@ -382,17 +353,16 @@ impl Runtime {
         let Some(budget) = &self.config.compile_budget else {
             return Component::new(&self.engine, bytes).map_err(|e| invalid(format!("{e:#}")));
         };
-        let artifact = compile::compile_in_child(budget, &engine_args(&self.config), bytes)
-            .map_err(|e| match e {
-                compile::ChildError::Invalid(message) => invalid(message),
-                compile::ChildError::Budget(message) => LoadError::CompileBudget {
-                    plugin: plugin.to_owned(),
-                    message,
-                },
-            })?;
+        let artifact = compile::compile_in_child(budget, bytes).map_err(|e| match e {
+            compile::ChildError::Invalid(message) => invalid(message),
+            compile::ChildError::Budget(message) => LoadError::CompileBudget {
+                plugin: plugin.to_owned(),
+                message,
+            },
+        })?;
         // SAFETY: the artifact was just written by this very program (the
-        // compiler child, same engine settings) from the bytes above;
-        // `deserialize` checks that it was made for this engine.
+        // compiler child) from the bytes above; `deserialize` checks that it
+        // was made for a compatible engine.
         unsafe { Component::deserialize(&self.engine, &artifact) }
             .map_err(|e| invalid(format!("the compiler's output does not load: {e:#}")))
     }
