@@ -378,8 +378,18 @@ async fn open_regular(
     Ok(Opened::Special(descriptor_type(kind)))
 }
 
+/// What a file is, for messages ("FIFO", "character device", …): also the
+/// output check's word for a volume that is not a directory or file.
+pub fn file_kind_name(kind: std::fs::FileType) -> &'static str {
+    special_kind(descriptor_type(kind))
+}
+
 fn descriptor_type(kind: std::fs::FileType) -> DescriptorType {
-    if kind.is_block_device() {
+    if kind.is_dir() {
+        DescriptorType::Directory
+    } else if kind.is_file() {
+        DescriptorType::RegularFile
+    } else if kind.is_block_device() {
         DescriptorType::BlockDevice
     } else if kind.is_char_device() {
         DescriptorType::CharacterDevice

@@ -39,7 +39,7 @@ use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 pub use cache::CacheOutcome;
-pub use fs_guard::FILESYSTEM_TYPES;
+pub use fs_guard::{file_kind_name, FILESYSTEM_TYPES};
 pub use inspect::Surface;
 pub use limits::MemoryLimitExceeded;
 pub use plugin::{CallError, Plugin};

@@ -255,7 +255,7 @@ fn check_path(path: &str, policy: &OutputPolicy, owner: &Owner<'_>) -> Result<()
         if last && !kind.is_dir() && !kind.is_file() {
             return Err(format!(
                 "{shown:?} is a {}, not a directory or a regular file; such files are made by pods, and a volume may not be one",
-                special_file_kind(kind)
+                crate::runtime::file_kind_name(kind)
             ));
         }
         // A second name for a file can be a node file's (a hard link).
@@ -269,21 +269,6 @@ fn check_path(path: &str, policy: &OutputPolicy, owner: &Owner<'_>) -> Result<()
     owner
         .check_relative(relative, &grant.display().to_string())
         .map_err(|e| format!("{shown:?} {e}"))
-}
-
-fn special_file_kind(kind: std::fs::FileType) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    if kind.is_block_device() {
-        "block device"
-    } else if kind.is_char_device() {
-        "character device"
-    } else if kind.is_fifo() {
-        "FIFO"
-    } else if kind.is_socket() {
-        "socket"
-    } else {
-        "file of unknown type"
-    }
 }
 
 fn check_export(
