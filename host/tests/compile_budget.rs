@@ -15,29 +15,6 @@ use wasmprov::registry::{Origin, PluginRegistry, Reload};
 use wasmprov::runtime::compile::CompileBudget;
 use wasmprov::runtime::{LoadError, Runtime, RuntimeConfig};
 
-/// A few kilobytes that take about 1.3 GB to compile: `depth` nested blocks
-/// each passing `width` values, all reached from one `br_table`, so every
-/// edge carries every value.
-fn compile_bomb(width: usize, depth: usize) -> Vec<u8> {
-    let results = "i64 ".repeat(width);
-    let mut body = format!(
-        "{} (br_table {} (local.get 0))",
-        "(i64.const 0) ".repeat(width),
-        (0..depth)
-            .map(|i| i.to_string())
-            .collect::<Vec<_>>()
-            .join(" ")
-    );
-    for _ in 0..depth {
-        body = format!("(block (result {results}) {body})");
-    }
-    let text = format!(
-        "(component (core module (func (export \"f\") (param i32) {body} {})))",
-        "drop ".repeat(width)
-    );
-    wat::parse_str(text).unwrap()
-}
-
 fn budgeted(memory_limit: u64) -> Runtime {
     Runtime::new(RuntimeConfig {
         compile_budget: Some(CompileBudget {

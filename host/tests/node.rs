@@ -4,12 +4,15 @@
 //! token and the plugin ConfigMap mounted by the kubelet; an app Pod writes
 //! to the volume they make; a plugin update arrives through the kubelet's
 //! `..data` swap; killing the leader's container in a burst of claims loses
-//! and leaks nothing.
+//! and leaks nothing; and a plugin and a tenant's Pod together cannot
+//! reach the node (node/sandbox.rs).
 //!
 //! The node is test_cluster's (containerd, kubelet, kube-proxy, Debian's
 //! runc and CNI plugins): it needs root, as CI has. Its hostPath volumes are
 //! this machine's `/var/lib/wasmprov/hostpath`, as on any single node.
 
+#[path = "node/sandbox.rs"]
+mod sandbox;
 mod support;
 
 use std::collections::BTreeSet;
@@ -17,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{ContainerStatus, PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{DeleteParams, ListParams};
 use kube::{Api, Client, ResourceExt};
 use support::node::{apply, apply_in, not_serving, replicas, run, served_digest, LIMIT, NS};
@@ -41,6 +44,7 @@ async fn deploy_runs_on_a_real_node() {
     an_app_pod_writes_to_a_volume_the_deployed_provisioner_made(&cluster).await;
     a_plugin_update_reaches_the_pods_through_the_kubelet(&cluster).await;
     killing_the_leader_in_a_burst_of_claims_loses_and_leaks_nothing(&cluster).await;
+    sandbox::a_plugin_and_a_tenants_pod_cannot_reach_the_node(&cluster).await;
 }
 
 fn namespace(name: &str) -> String {
@@ -169,7 +173,7 @@ fn volume_dirs() -> BTreeSet<String> {
 }
 
 /// The `wasmprov` container of a replica: its status.
-async fn host_container(client: &Client, pod: &str) -> k8s_openapi::api::core::v1::ContainerStatus {
+async fn host_container(client: &Client, pod: &str) -> ContainerStatus {
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     let pod = pods.get(pod).await.unwrap();
     pod.status
@@ -180,13 +184,28 @@ async fn host_container(client: &Client, pod: &str) -> k8s_openapi::api::core::v
         .expect("a wasmprov container status")
 }
 
+/// The node's process ID of a replica's running `wasmprov` container.
+fn host_pid(cluster: &Cluster, container: &ContainerStatus) -> String {
+    let tasks = run(cluster.ctr().args(["tasks", "ls"]));
+    let id = container
+        .container_id
+        .as_deref()
+        .unwrap()
+        .trim_start_matches("containerd://");
+    tasks
+        .lines()
+        .find(|l| l.starts_with(id))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .unwrap_or_else(|| panic!("container {id} in `ctr tasks ls`:\n{tasks}"))
+        .to_owned()
+}
+
 /// Both replicas ready and never restarted (probes pass), from the image
 /// deploy/image/build.sh made, their process running as 65532 on the node.
 async fn the_replicas_run_from_the_image_as_the_containerfile_says(cluster: &Cluster) {
     let client = cluster.client().await.unwrap();
     let pods = replicas(&client).await;
     assert_eq!(pods.len(), 2, "{pods:?}");
-    let tasks = run(cluster.ctr().args(["tasks", "ls"]));
     for pod in &pods {
         let c = host_container(&client, pod).await;
         assert!(c.ready, "{pod} is not ready: {c:?}");
@@ -195,16 +214,7 @@ async fn the_replicas_run_from_the_image_as_the_containerfile_says(cluster: &Clu
             c.image,
             concat!("ghcr.io/wasmprov/wasmprov:", env!("CARGO_PKG_VERSION"))
         );
-        let id = c
-            .container_id
-            .as_deref()
-            .unwrap()
-            .trim_start_matches("containerd://");
-        let pid = tasks
-            .lines()
-            .find(|l| l.starts_with(id))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .unwrap_or_else(|| panic!("{pod}'s container {id} in `ctr tasks ls`:\n{tasks}"));
+        let pid = host_pid(cluster, &c);
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
         let uid = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
         assert_eq!(

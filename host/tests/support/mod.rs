@@ -538,3 +538,26 @@ pub async fn pod_node(client: &kube::Client, namespace: &str, name: &str) -> Str
     })
     .await
 }
+
+/// A few kilobytes that take about 1.3 GB to compile: `depth` nested blocks
+/// each passing `width` values, all reached from one `br_table`, so every
+/// edge carries every value.
+pub fn compile_bomb(width: usize, depth: usize) -> Vec<u8> {
+    let results = "i64 ".repeat(width);
+    let mut body = format!(
+        "{} (br_table {} (local.get 0))",
+        "(i64.const 0) ".repeat(width),
+        (0..depth)
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    for _ in 0..depth {
+        body = format!("(block (result {results}) {body})");
+    }
+    let text = format!(
+        "(component (core module (func (export \"f\") (param i32) {body} {})))",
+        "drop ".repeat(width)
+    );
+    wat::parse_str(text).unwrap()
+}

@@ -113,17 +113,33 @@ fn apply_with(cluster: &Cluster, args: &[&str], yaml: &str) {
     );
 }
 
-/// `wasmprov_plugin_info`'s digest for hostpath, as one replica reports it
-/// (its /metrics through the API server's pod proxy).
+/// `wasmprov_plugin_info`'s digest for hostpath, as one replica reports it.
 pub async fn served_digest(client: &Client, pod: &str) -> Option<String> {
-    let path = format!("/api/v1/namespaces/{NS}/pods/{pod}:8080/proxy/metrics");
-    let request = hyper::Request::get(path).body(Vec::new()).unwrap();
-    let text = client.request_text(request).await.ok()?;
+    plugin_digest(client, pod, "hostpath").await
+}
+
+/// `wasmprov_plugin_info`'s digest for `plugin`, as one replica reports it.
+pub async fn plugin_digest(client: &Client, pod: &str, plugin: &str) -> Option<String> {
+    let text = metrics(client, pod).await?;
+    let label = format!("plugin=\"{plugin}\"");
     text.lines()
-        .find(|l| l.starts_with("wasmprov_plugin_info{") && l.contains("plugin=\"hostpath\""))
+        .find(|l| l.starts_with("wasmprov_plugin_info{") && l.contains(&label))
         .and_then(|l| l.split("digest=\"").nth(1))
         .and_then(|rest| rest.split('"').next())
         .map(str::to_owned)
+}
+
+/// One replica's `/metrics`, through the API server's pod proxy.
+pub async fn metrics(client: &Client, pod: &str) -> Option<String> {
+    ops_page(client, pod, "metrics").await
+}
+
+/// One of a replica's ops pages (`metrics`, `healthz`, `readyz`), through
+/// the API server's pod proxy; `None` when it cannot be read or is not 200.
+pub async fn ops_page(client: &Client, pod: &str, page: &str) -> Option<String> {
+    let path = format!("/api/v1/namespaces/{NS}/pods/{pod}:8080/proxy/{page}");
+    let request = hyper::Request::get(path).body(Vec::new()).unwrap();
+    client.request_text(request).await.ok()
 }
 
 /// Those of `pods` that do not serve hostpath's `digest` yet.
