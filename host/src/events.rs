@@ -1,6 +1,19 @@
 //! Publishing events (events.k8s.io/v1): the lifecycle's on claims and
 //! volumes, the plugin source's on ConfigMaps.
 //!
+//! Publishing never waits for the API server: events are sent in the
+//! background, as client-go's recorder (which the Go library uses) sends
+//! them. They share the client's rate limit (`--kube-api-qps`) with the
+//! lifecycle's own writes; awaited in a reconcile, a claim's `Provisioning`
+//! event queued for a token before its volume's create did, and in a burst
+//! volumes were made later than the Go library makes them. A few lanes
+//! send, each one event at a time and in order; an object's events always
+//! take the same lane, so they arrive in the order they happened and a
+//! repeat finds the series its first event started. Each event keeps the
+//! time it was published at. At most [`QUEUED`] events wait; past that new
+//! ones are dropped and counted in the log (client-go drops them past
+//! 1,000). [`Events::flush`] gives them a moment at shutdown.
+//!
 //! Repeats of an event become a series (one object whose count grows), as
 //! with kube-runtime's `Recorder`, but only when the note is the same too:
 //! the Recorder keys a series on reason and action alone and keeps the first
@@ -9,6 +22,8 @@
 //! which the Go library uses, keeps different messages apart as well.
 
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -18,10 +33,16 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
+use tokio::sync::{mpsc, Notify};
 
 /// How long a published event can still grow into a series (kube-runtime's
 /// and client-go's value).
 const SERIES_TTL: Duration = Duration::from_secs(6 * 60);
+/// Events sent at once: enough to keep up with a burst of claims (two
+/// events each) without taking the lifecycle's share of the rate limit.
+const LANES: usize = 4;
+/// Events waiting to be sent, in all lanes; about 1 KiB each.
+pub const QUEUED: usize = 10_000;
 
 /// The reporting controller, as in events.k8s.io/v1.
 #[derive(Debug, Clone)]
@@ -45,6 +66,14 @@ struct Key {
     note: String,
 }
 
+/// An event published and not sent yet.
+struct Outgoing {
+    object: ObjectReference,
+    key: Key,
+    at: Timestamp,
+    seen: Instant,
+}
+
 #[derive(Debug)]
 struct Published {
     namespace: String,
@@ -62,35 +91,90 @@ struct Cache {
 /// Publishes events; a failure to publish is logged, never fatal.
 #[derive(Clone)]
 pub struct Events {
+    lanes: Arc<[mpsc::Sender<Outgoing>]>,
+    queue: Arc<Queue>,
+}
+
+/// What the lanes have left to send.
+#[derive(Default)]
+struct Queue {
+    waiting: AtomicUsize,
+    dropped: AtomicU64,
+    emptied: Notify,
+}
+
+impl Queue {
+    fn done(&self) {
+        if self.waiting.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.emptied.notify_waiters();
+        }
+    }
+}
+
+/// What every lane sends with.
+struct Sender {
     client: Client,
     reporter: Reporter,
-    cache: Arc<Mutex<Cache>>,
+    cache: Mutex<Cache>,
 }
 
 impl Events {
+    /// Starts the lanes on the current Tokio runtime; they stop when the
+    /// last clone of this is dropped.
     pub fn new(client: Client, reporter: Reporter) -> Self {
-        Self {
+        let sender = Arc::new(Sender {
             client,
             reporter,
-            cache: Arc::default(),
+            cache: Mutex::default(),
+        });
+        let queue = Arc::new(Queue::default());
+        let lanes = (0..LANES)
+            .map(|_| {
+                let (tx, mut rx) = mpsc::channel::<Outgoing>(QUEUED / LANES);
+                let (sender, queue) = (sender.clone(), queue.clone());
+                tokio::spawn(async move {
+                    while let Some(event) = rx.recv().await {
+                        sender.publish(event).await;
+                        queue.done();
+                    }
+                });
+                tx
+            })
+            .collect();
+        Self { lanes, queue }
+    }
+
+    pub fn normal(&self, object: &ObjectReference, reason: &str, action: &str, note: String) {
+        self.publish(object, "Normal", reason, action, note);
+    }
+
+    pub fn warning(&self, object: &ObjectReference, reason: &str, action: &str, note: String) {
+        self.publish(object, "Warning", reason, action, note);
+    }
+
+    /// Waits until every event published so far is sent (or failed), for at
+    /// most `limit`; whether they all were.
+    pub async fn flush(&self, limit: Duration) -> bool {
+        let sent = async {
+            loop {
+                let emptied = self.queue.emptied.notified();
+                if self.queue.waiting.load(Ordering::Acquire) == 0 {
+                    return;
+                }
+                emptied.await;
+            }
+        };
+        let flushed = tokio::time::timeout(limit, sent).await.is_ok();
+        if !flushed {
+            tracing::warn!(
+                unsent = self.queue.waiting.load(Ordering::Acquire),
+                "events still unsent after {limit:?}; dropping them"
+            );
         }
+        flushed
     }
 
-    pub async fn normal(&self, object: &ObjectReference, reason: &str, action: &str, note: String) {
-        self.publish(object, "Normal", reason, action, note).await;
-    }
-
-    pub async fn warning(
-        &self,
-        object: &ObjectReference,
-        reason: &str,
-        action: &str,
-        note: String,
-    ) {
-        self.publish(object, "Warning", reason, action, note).await;
-    }
-
-    async fn publish(
+    fn publish(
         &self,
         object: &ObjectReference,
         type_: &'static str,
@@ -111,9 +195,47 @@ impl Events {
             type_,
             reason: reason.to_owned(),
             action: action.to_owned(),
-            note: note.clone(),
+            note,
         };
-        if let Err(e) = self.send(object, key, note).await {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        key.regarding.hash(&mut hasher);
+        let lane = &self.lanes[hasher.finish() as usize % self.lanes.len()];
+        self.queue.waiting.fetch_add(1, Ordering::AcqRel);
+        let event = Outgoing {
+            object: object.clone(),
+            key,
+            at: Timestamp::now(),
+            seen: Instant::now(),
+        };
+        if let Err(refused) = lane.try_send(event) {
+            self.queue.done();
+            let dropped = self.queue.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+            if matches!(refused, mpsc::error::TrySendError::Full(_))
+                && (dropped == 1 || dropped.is_multiple_of(1000))
+            {
+                tracing::warn!(
+                    reason,
+                    object = ?object.name,
+                    namespace = ?object.namespace,
+                    dropped,
+                    "{QUEUED} events wait to be sent (is the API server slow, or \
+                     --kube-api-qps low?); dropping new ones"
+                );
+            }
+        }
+    }
+}
+
+impl Sender {
+    async fn publish(&self, event: Outgoing) {
+        let Outgoing {
+            object,
+            key,
+            at,
+            seen,
+        } = event;
+        let reason = key.reason.clone();
+        if let Err(e) = self.send(&object, key, at, seen).await {
             tracing::warn!(reason, object = ?object.name, namespace = ?object.namespace, error = %e, "cannot publish event (the host needs create and patch on events.k8s.io events)");
         }
     }
@@ -122,31 +244,30 @@ impl Events {
         &self,
         object: &ObjectReference,
         key: Key,
-        note: String,
+        timestamp: Timestamp,
+        now: Instant,
     ) -> Result<(), kube::Error> {
-        let now = Instant::now();
         let repeat = {
             let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
             if cache
                 .swept
-                .is_none_or(|t| now.duration_since(t) > Duration::from_secs(60))
+                .is_none_or(|t| now.saturating_duration_since(t) > Duration::from_secs(60))
             {
                 cache
                     .series
-                    .retain(|_, p| now.duration_since(p.last) < SERIES_TTL);
+                    .retain(|_, p| now.saturating_duration_since(p.last) < SERIES_TTL);
                 cache.swept = Some(now);
             }
             cache
                 .series
                 .get_mut(&key)
-                .filter(|p| now.duration_since(p.last) < SERIES_TTL)
+                .filter(|p| now.saturating_duration_since(p.last) < SERIES_TTL)
                 .map(|p| {
                     p.count += 1;
                     p.last = now;
                     (p.namespace.clone(), p.name.clone(), p.count)
                 })
         };
-        let timestamp = Timestamp::now();
         if let Some((namespace, name, count)) = repeat {
             let patch = serde_json::json!({"series": EventSeries {
                 count,
@@ -182,7 +303,7 @@ impl Events {
             event_time: Some(MicroTime(timestamp)),
             action: Some(key.action.clone()),
             reason: Some(key.reason.clone()),
-            note: Some(note),
+            note: Some(key.note.clone()),
             type_: Some(key.type_.to_owned()),
             regarding: Some(object.clone()),
             reporting_controller: Some(self.reporter.controller.clone()),
@@ -211,5 +332,116 @@ impl Events {
                 },
             );
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::api::ListParams;
+
+    fn claim(name: &str) -> ObjectReference {
+        ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("PersistentVolumeClaim".into()),
+            namespace: Some("default".into()),
+            name: Some(name.into()),
+            uid: Some(format!("uid-{name}")),
+            ..Default::default()
+        }
+    }
+
+    /// Published events arrive, each object's in the order they happened,
+    /// and a repeat grows the series its first event started.
+    #[tokio::test]
+    async fn events_are_sent_in_the_background_in_order() {
+        let sim = kube_sim::Simulator::start(kube_sim::Config::default())
+            .await
+            .unwrap();
+        let client = sim.client().unwrap();
+        let events = Events::new(
+            client.clone(),
+            Reporter {
+                controller: "test".into(),
+                instance: None,
+            },
+        );
+        for i in 0..20 {
+            let object = claim(&format!("c{i}"));
+            events.normal(&object, "Provisioning", "Provisioning", "started".into());
+            events.warning(&object, "ProvisioningFailed", "Provisioning", "no".into());
+            events.warning(&object, "ProvisioningFailed", "Provisioning", "no".into());
+            events.normal(
+                &object,
+                "ProvisioningSucceeded",
+                "Provisioning",
+                "made".into(),
+            );
+        }
+        assert!(events.flush(Duration::from_secs(30)).await, "all sent");
+        let sent = Api::<Event>::namespaced(client, "default")
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items;
+        assert_eq!(sent.len(), 20 * 3, "a repeat is no new event");
+        for i in 0..20 {
+            let name = format!("c{i}");
+            let mut of: Vec<&Event> = sent
+                .iter()
+                .filter(|e| e.regarding.as_ref().unwrap().name.as_deref() == Some(&*name))
+                .collect();
+            of.sort_by_key(|e| e.event_time.as_ref().unwrap().0);
+            let reasons: Vec<&str> = of.iter().map(|e| e.reason.as_deref().unwrap()).collect();
+            assert_eq!(
+                reasons,
+                [
+                    "Provisioning",
+                    "ProvisioningFailed",
+                    "ProvisioningSucceeded"
+                ]
+            );
+            assert_eq!(of[1].series.as_ref().map(|s| s.count), Some(2), "{name}");
+        }
+    }
+
+    /// Publishing never waits for the API server, and a full queue drops
+    /// new events rather than growing.
+    #[tokio::test]
+    async fn an_api_server_that_never_answers_never_holds_up_the_publisher() {
+        // Takes connections (the kernel's backlog), never answers.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", silent.local_addr().unwrap());
+        let client = Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
+        let events = Events::new(
+            client,
+            Reporter {
+                controller: "test".into(),
+                instance: None,
+            },
+        );
+        let started = Instant::now();
+        for i in 0..QUEUED + 100 {
+            let object = claim(&format!("c{i}"));
+            events.normal(&object, "Provisioning", "Provisioning", "x".into());
+            // Let the lanes take their first event and hang on it.
+            if i == 0 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        let waiting = events.queue.waiting.load(Ordering::Acquire);
+        let dropped = events.queue.dropped.load(Ordering::Relaxed) as usize;
+        assert!(waiting <= QUEUED + LANES, "{waiting} wait");
+        assert_eq!(waiting + dropped, QUEUED + 100);
+        assert!(dropped >= 100 - LANES, "{dropped} dropped");
+        assert!(
+            !events.flush(Duration::from_millis(200)).await,
+            "nothing is sent"
+        );
     }
 }

@@ -332,8 +332,7 @@ impl Source {
                     None => format!("plugin {name} version {digest} serves"),
                 };
                 self.events
-                    .normal(&head.object_ref(&()), PLUGIN_LOADED, ACTION, note)
-                    .await;
+                    .normal(&head.object_ref(&()), PLUGIN_LOADED, ACTION, note);
             }
             Reload::Unchanged => {}
             Reload::Rejected { reason } => self.rejected(name, head, &reason).await,
@@ -355,8 +354,7 @@ impl Source {
             None => reason.to_owned(),
         };
         self.events
-            .warning(&head.object_ref(&()), PLUGIN_REJECTED, ACTION, note)
-            .await;
+            .warning(&head.object_ref(&()), PLUGIN_REJECTED, ACTION, note);
     }
 
     async fn ambiguous(&self, name: &str, heads: &[&ConfigMap]) {
@@ -367,14 +365,12 @@ impl Source {
         );
         tracing::error!(plugin = name, namespace = %self.namespace, "{note}");
         for head in heads {
-            self.events
-                .warning(
-                    &head.object_ref(&()),
-                    PLUGIN_AMBIGUOUS,
-                    ACTION,
-                    note.clone(),
-                )
-                .await;
+            self.events.warning(
+                &head.object_ref(&()),
+                PLUGIN_AMBIGUOUS,
+                ACTION,
+                note.clone(),
+            );
         }
     }
 }

@@ -53,8 +53,7 @@ pub(super) async fn reconcile<P: Provisioner>(
         ClaimDecision::WaitForClass(name) => Ok(class_missing(&claim, &name, &ctx).await),
         ClaimDecision::Refuse(message) => {
             ctx.events
-                .warning(&reference, PROVISIONING_FAILED, "Provisioning", message)
-                .await;
+                .warning(&reference, PROVISIONING_FAILED, "Provisioning", message);
             Ok(Action::requeue(SLOW_RETRY))
         }
         ClaimDecision::Provision { plugin } => {
@@ -79,9 +78,7 @@ pub(super) fn error_policy<P: Provisioner>(
 ) -> Action {
     let failure = failed(&claim, &ctx, &error.to_string());
     if let AfterFailure::GiveUp(n) = failure {
-        // Error policies cannot wait: publish on the side.
-        let event = give_up_event(&claim, &ctx, n, &error.to_string());
-        tokio::spawn(event);
+        give_up_event(&claim, &ctx, n, &error.to_string());
     }
     ctx.after(failure)
 }
@@ -168,12 +165,7 @@ async fn class_missing<P>(claim: &PersistentVolumeClaim, class: &str, ctx: &Cont
 }
 
 /// The Warning that says the host stopped retrying, and how to make it retry.
-fn give_up_event<P>(
-    claim: &PersistentVolumeClaim,
-    ctx: &Context<P>,
-    failures: u32,
-    error: &str,
-) -> impl std::future::Future<Output = ()> + Send + 'static {
+fn give_up_event<P>(claim: &PersistentVolumeClaim, ctx: &Context<P>, failures: u32, error: &str) {
     let message = format!(
         "Gave up provisioning after {failures} failed attempts (--failed-provision-threshold={}); \
          the last error: {error}. The host tries again once {}each time the claim or its \
@@ -184,13 +176,12 @@ fn give_up_event<P>(
         claim.name_any(),
         claim.namespace().unwrap_or_default(),
     );
-    let events = ctx.events.clone();
-    let reference = claim.object_ref(&());
-    async move {
-        events
-            .warning(&reference, PROVISIONING_FAILED, "Provisioning", message)
-            .await;
-    }
+    ctx.events.warning(
+        &claim.object_ref(&()),
+        PROVISIONING_FAILED,
+        "Provisioning",
+        message,
+    );
 }
 
 fn key(claim: &PersistentVolumeClaim) -> String {
@@ -259,8 +250,7 @@ async fn provision<P: Provisioner>(
                     "the selected node {node} does not exist; asking the scheduler for another one"
                 );
                 ctx.events
-                    .warning(&reference, PROVISIONING_FAILED, "Provisioning", message)
-                    .await;
+                    .warning(&reference, PROVISIONING_FAILED, "Provisioning", message);
                 unselect_node(claim, ctx).await?;
                 return Ok(Action::await_change());
             }
@@ -275,17 +265,15 @@ async fn provision<P: Provisioner>(
     } else {
         claim.clone()
     };
-    ctx.events
-        .normal(
-            &reference,
-            PROVISIONING,
-            "Provisioning",
-            format!(
-                "External provisioner is provisioning volume for claim \"{}\"",
-                key(claim)
-            ),
-        )
-        .await;
+    ctx.events.normal(
+        &reference,
+        PROVISIONING,
+        "Provisioning",
+        format!(
+            "External provisioner is provisioning volume for claim \"{}\"",
+            key(claim)
+        ),
+    );
     let started = Instant::now();
     let class_label = Metrics::provision_labels(claim);
     let opts = ProvisionOptions {
@@ -347,14 +335,12 @@ async fn provision<P: Provisioner>(
                 .provision_duration
                 .get_or_create(&class_label)
                 .observe(started.elapsed().as_secs_f64());
-            ctx.events
-                .normal(
-                    &reference,
-                    PROVISIONING_SUCCEEDED,
-                    "Provisioning",
-                    format!("Successfully provisioned volume {pv_name}"),
-                )
-                .await;
+            ctx.events.normal(
+                &reference,
+                PROVISIONING_SUCCEEDED,
+                "Provisioning",
+                format!("Successfully provisioned volume {pv_name}"),
+            );
             tracing::info!(claim = %key(claim), volume = %pv_name, plugin, "provisioned");
             Ok(Action::await_change())
         }
@@ -380,25 +366,21 @@ async fn provision<P: Provisioner>(
                         "Volume {pv_name} could not be saved and deleting its storage failed too{tries}; \
                          it may have leaked: {e}"
                     );
-                    ctx.events
-                        .warning(
-                            &reference,
-                            PROVISIONING_CLEANUP_FAILED,
-                            "Provisioning",
-                            message,
-                        )
-                        .await;
+                    ctx.events.warning(
+                        &reference,
+                        PROVISIONING_CLEANUP_FAILED,
+                        "Provisioning",
+                        message,
+                    );
                 }
             }
             let message = format!("failed to save PersistentVolume {pv_name}: {save_error}");
-            ctx.events
-                .warning(
-                    &reference,
-                    PROVISIONING_FAILED,
-                    "Provisioning",
-                    message.clone(),
-                )
-                .await;
+            ctx.events.warning(
+                &reference,
+                PROVISIONING_FAILED,
+                "Provisioning",
+                message.clone(),
+            );
             Err(Error::Provision(message))
         }
     }
@@ -419,8 +401,7 @@ async fn provision_failed<P: Provisioner>(
         ProvisionState::NoChange => Ok(after_failure(claim, ctx, &message).await),
         ProvisionState::Reschedule if decide::selected_node(claim).is_some() => {
             ctx.events
-                .warning(&reference, PROVISIONING_FAILED, "Provisioning", message)
-                .await;
+                .warning(&reference, PROVISIONING_FAILED, "Provisioning", message);
             unselect_node(claim, ctx).await?;
             Ok(Action::await_change())
         }
@@ -448,14 +429,12 @@ async fn reported_failure<P>(
     message: &str,
     min_delay: Duration,
 ) -> Action {
-    ctx.events
-        .warning(
-            &claim.object_ref(&()),
-            PROVISIONING_FAILED,
-            "Provisioning",
-            message.to_owned(),
-        )
-        .await;
+    ctx.events.warning(
+        &claim.object_ref(&()),
+        PROVISIONING_FAILED,
+        "Provisioning",
+        message.to_owned(),
+    );
     after_failure_at_least(claim, ctx, message, min_delay).await
 }
 
@@ -473,7 +452,7 @@ async fn after_failure_at_least<P>(
 ) -> Action {
     let failure = failed_at_least(claim, ctx, error, min_delay);
     if let AfterFailure::GiveUp(n) = failure {
-        give_up_event(claim, ctx, n, error).await;
+        give_up_event(claim, ctx, n, error);
     }
     ctx.after(failure)
 }
@@ -532,8 +511,7 @@ async fn finish_deleted<P: Provisioner>(
                 keys::CLAIM_FINALIZER
             );
             ctx.events
-                .normal(&claim.object_ref(&()), PROVISIONING, "Provisioning", note)
-                .await;
+                .normal(&claim.object_ref(&()), PROVISIONING, "Provisioning", note);
             Ok(after_failure(claim, ctx, &message).await)
         }
         Err(e) => {
@@ -541,14 +519,12 @@ async fn finish_deleted<P: Provisioner>(
                 "{e}. The claim is kept (finalizer {}) until this succeeds",
                 keys::CLAIM_FINALIZER
             );
-            ctx.events
-                .warning(
-                    &claim.object_ref(&()),
-                    PROVISIONING_CLEANUP_FAILED,
-                    "Provisioning",
-                    message.clone(),
-                )
-                .await;
+            ctx.events.warning(
+                &claim.object_ref(&()),
+                PROVISIONING_CLEANUP_FAILED,
+                "Provisioning",
+                message.clone(),
+            );
             Ok(after_failure(claim, ctx, &message).await)
         }
     }

@@ -214,14 +214,12 @@ pub(super) async fn finish<P: Provisioner>(
                 e.message
             );
             tracing::warn!(volume = %opts.pv_name, "{message}");
-            ctx.events
-                .warning(
-                    &saved.object_ref(&()),
-                    VOLUME_FAILED_DELETE,
-                    "Deleting",
-                    message,
-                )
-                .await;
+            ctx.events.warning(
+                &saved.object_ref(&()),
+                VOLUME_FAILED_DELETE,
+                "Deleting",
+                message,
+            );
             return Ok(Finish::Done);
         }
     }

@@ -33,6 +33,9 @@ use kube::{Api, Client};
 use crate::events::{Events, Reporter};
 use crate::metrics::Metrics;
 use crate::provisioner::Provisioner;
+
+/// How long a stopping lifecycle waits for its last events to be sent.
+const EVENTS_FLUSH: Duration = Duration::from_secs(5);
 pub use decide::Names;
 pub use throttle::ApiLimits;
 
@@ -375,7 +378,7 @@ pub async fn run<P: Provisioner>(
         .reconcile_all_on(on_plugin_change(ctx.provisioner.plugins_changed()))
         .with_config(controller_config)
         .graceful_shutdown_on(stopped(stop_rx))
-        .run(volumes::reconcile, volumes::error_policy, ctx)
+        .run(volumes::reconcile, volumes::error_policy, ctx.clone())
         .for_each(|r| async move {
             if let Err(e) = r {
                 tracing::debug!(error = %e, "volume reconcile");
@@ -402,6 +405,8 @@ pub async fn run<P: Provisioner>(
     }
     controllers.abort_all();
     tasks.abort_all();
+    // What the last reconciles said, before the process goes.
+    ctx.events.flush(EVENTS_FLUSH).await;
     tracing::info!("provisioning lifecycle stopped");
 }
 

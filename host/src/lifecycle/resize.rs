@@ -276,8 +276,7 @@ async fn resize<P: Provisioner>(
         ResizePlan::WaitForVolume => return Ok(Action::requeue(WAIT_FOR_VOLUME)),
         ResizePlan::Refuse(message) => {
             ctx.events
-                .warning(&reference, VOLUME_RESIZE_FAILED, "Resizing", message)
-                .await;
+                .warning(&reference, VOLUME_RESIZE_FAILED, "Resizing", message);
             return Ok(Action::requeue(INFEASIBLE_RETRY));
         }
         ResizePlan::Finish {
@@ -306,14 +305,12 @@ async fn resize<P: Provisioner>(
     };
     if let Some(message) = unusable {
         // A new plugin version wakes every claim; until then, slowly.
-        ctx.events
-            .warning(
-                &reference,
-                VOLUME_RESIZE_FAILED,
-                "Resizing",
-                message.clone(),
-            )
-            .await;
+        ctx.events.warning(
+            &reference,
+            VOLUME_RESIZE_FAILED,
+            "Resizing",
+            message.clone(),
+        );
         mark_error(claim, ctx, &message, true).await?;
         return Ok(retry_later(
             ctx,
@@ -325,17 +322,15 @@ async fn resize<P: Provisioner>(
         ));
     }
     let claim = mark_in_progress(claim, ctx, bytes).await?;
-    ctx.events
-        .normal(
-            &reference,
-            RESIZING,
-            "Resizing",
-            format!(
-                "Growing volume {pv_name} to {} with plugin {plugin}",
-                Bytes(bytes)
-            ),
-        )
-        .await;
+    ctx.events.normal(
+        &reference,
+        RESIZING,
+        "Resizing",
+        format!(
+            "Growing volume {pv_name} to {} with plugin {plugin}",
+            Bytes(bytes)
+        ),
+    );
     let options = ResizeOptions {
         requested_bytes: bytes,
         limit_bytes: claim
@@ -383,14 +378,12 @@ async fn resize<P: Provisioner>(
                     Duration::ZERO
                 }
                 ResizeState::Failed | ResizeState::Infeasible => {
-                    ctx.events
-                        .warning(
-                            &reference,
-                            VOLUME_RESIZE_FAILED,
-                            "Resizing",
-                            e.message.clone(),
-                        )
-                        .await;
+                    ctx.events.warning(
+                        &reference,
+                        VOLUME_RESIZE_FAILED,
+                        "Resizing",
+                        e.message.clone(),
+                    );
                     let infeasible = e.state == ResizeState::Infeasible;
                     mark_error(&claim, ctx, &e.message, infeasible).await?;
                     if infeasible {
@@ -600,14 +593,12 @@ async fn finish<P>(
             }),
         )
         .await?;
-        ctx.events
-            .normal(
-                &reference,
-                FILE_SYSTEM_RESIZE_REQUIRED,
-                "Resizing",
-                "Require file system resize of volume on node".into(),
-            )
-            .await;
+        ctx.events.normal(
+            &reference,
+            FILE_SYSTEM_RESIZE_REQUIRED,
+            "Resizing",
+            "Require file system resize of volume on node".into(),
+        );
         return Ok(());
     }
     patch_claim_status(
@@ -626,14 +617,12 @@ async fn finish<P>(
         }),
     )
     .await?;
-    ctx.events
-        .normal(
-            &reference,
-            VOLUME_RESIZE_SUCCESSFUL,
-            "Resizing",
-            format!("Resize volume succeeded: the volume holds {}", capacity.0),
-        )
-        .await;
+    ctx.events.normal(
+        &reference,
+        VOLUME_RESIZE_SUCCESSFUL,
+        "Resizing",
+        format!("Resize volume succeeded: the volume holds {}", capacity.0),
+    );
     Ok(())
 }
 

@@ -61,14 +61,12 @@ pub(super) async fn reconcile<P: Provisioner>(
         None => match adopt(&pv, &ctx) {
             Ok((plugin, pv)) => (plugin, pv, None),
             Err(message) => {
-                ctx.events
-                    .warning(
-                        &pv.object_ref(&()),
-                        VOLUME_FAILED_DELETE,
-                        "Deleting",
-                        message.clone(),
-                    )
-                    .await;
+                ctx.events.warning(
+                    &pv.object_ref(&()),
+                    VOLUME_FAILED_DELETE,
+                    "Deleting",
+                    message.clone(),
+                );
                 return Ok(after_failure(&pv, &ctx, &message).await);
             }
         },
@@ -89,14 +87,12 @@ pub(super) async fn reconcile<P: Provisioner>(
                 Some(note) => format!("{note}. {}", e.message),
                 None => e.message,
             };
-            ctx.events
-                .warning(
-                    &pv.object_ref(&()),
-                    VOLUME_FAILED_DELETE,
-                    "Deleting",
-                    message.clone(),
-                )
-                .await;
+            ctx.events.warning(
+                &pv.object_ref(&()),
+                VOLUME_FAILED_DELETE,
+                "Deleting",
+                message.clone(),
+            );
             return Ok(after_failure(&pv, &ctx, &message).await);
         }
     }
@@ -189,14 +185,12 @@ async fn finalizer_conflict<P>(
                 .unwrap_or_default(),
         ))
         .inc();
-    ctx.events
-        .warning(
-            &pv.object_ref(&()),
-            VOLUME_FINALIZER_CONFLICT,
-            "Finalizing",
-            message,
-        )
-        .await;
+    ctx.events.warning(
+        &pv.object_ref(&()),
+        VOLUME_FINALIZER_CONFLICT,
+        "Finalizing",
+        message,
+    );
 }
 
 /// The plugin that deletes an adopted volume, and the volume as it would
@@ -282,8 +276,6 @@ fn give_up_event<P>(
     let events = ctx.events.clone();
     let reference = pv.object_ref(&());
     async move {
-        events
-            .warning(&reference, VOLUME_FAILED_DELETE, "Deleting", message)
-            .await;
+        events.warning(&reference, VOLUME_FAILED_DELETE, "Deleting", message);
     }
 }
