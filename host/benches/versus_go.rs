@@ -23,7 +23,10 @@
 //! same run. The controller manager's API limit is lifted (see
 //! `controller_manager_qps`), or its PV binder would be what is measured.
 //! `BENCH_PERF=DIR` also records each contender's measured window with
-//! `perf record` into `DIR/bench-N.perf.data`.
+//! `perf record` into `DIR/bench-N.perf.data`. `BENCH_CONTENDERS` picks
+//! some (`go-defaults,go,wasmprov,native,finalizer`); `BENCH_ROUNDS=N`
+//! runs them N times, each round starting with the next one, and reports
+//! each figure's median and range, the ratios taken within each round.
 //!
 //! It also draws `target/bench/versus-go.svg`: the claim→Bound latency
 //! distribution of each contender, and its throughput.
@@ -90,6 +93,8 @@ enum Kind {
 
 struct Contender {
     name: &'static str,
+    /// Its name in `BENCH_CONTENDERS`.
+    key: &'static str,
     kind: Kind,
     qps: u32,
     burst: u32,
@@ -201,6 +206,7 @@ async fn run() {
     let contenders = [
         Contender {
             name: "go-library, client-go defaults",
+            key: "go-defaults",
             kind: Kind::Go,
             qps: 5,
             burst: 10,
@@ -208,6 +214,7 @@ async fn run() {
         },
         Contender {
             name: "go-library, equal limits",
+            key: "go",
             kind: Kind::Go,
             qps: QPS,
             burst: BURST,
@@ -215,6 +222,7 @@ async fn run() {
         },
         Contender {
             name: "wasmprov",
+            key: "wasmprov",
             kind: Kind::Wasmprov {
                 claim_finalizer: false,
             },
@@ -224,6 +232,7 @@ async fn run() {
         },
         Contender {
             name: "wasmprov, native provider",
+            key: "native",
             kind: Kind::Native,
             qps: QPS,
             burst: BURST,
@@ -231,6 +240,7 @@ async fn run() {
         },
         Contender {
             name: "wasmprov --claim-finalizer",
+            key: "finalizer",
             kind: Kind::Wasmprov {
                 claim_finalizer: true,
             },
@@ -239,31 +249,67 @@ async fn run() {
             share: 1,
         },
     ];
+    let chosen: Vec<&Contender> = match std::env::var("BENCH_CONTENDERS") {
+        Ok(keys) => keys
+            .split(',')
+            .map(|key| {
+                contenders
+                    .iter()
+                    .find(|c| c.key == key.trim())
+                    .unwrap_or_else(|| {
+                        let known: Vec<&str> = contenders.iter().map(|c| c.key).collect();
+                        panic!("BENCH_CONTENDERS: no contender {key:?}; known: {known:?}")
+                    })
+            })
+            .collect(),
+        Err(_) => contenders.iter().collect(),
+    };
+    let rounds: usize = setting("BENCH_ROUNDS", 1).max(1);
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
-        "versus_go: a burst of {claims} claims, then {} claims/s for {} s, over {CLASSES} classes per contender; load average before: {}",
+        "versus_go: a burst of {claims} claims, then {} claims/s for {} s, over {CLASSES} classes per contender, {rounds} round(s); load average before: {}",
         stream.0,
         stream.1,
         load.trim()
     );
-    let mut results = Vec::new();
-    for (i, c) in contenders.iter().enumerate() {
-        let n = (claims / c.share).max(10);
-        let figures = measure(
-            &cluster,
-            &client,
-            &bin,
-            &plugin,
-            work.path(),
-            i,
-            c,
-            n,
-            stream,
-        )
-        .await;
-        results.push((c, figures));
+    let mut all_rounds = Vec::new();
+    let mut run_index = 0;
+    for round in 0..rounds {
+        // Each round starts with the next contender, so that the control
+        // plane's drift (history in etcd, caches) does not always favour
+        // the same one.
+        let mut order = chosen.clone();
+        order.rotate_left(round % chosen.len());
+        let mut results = Vec::new();
+        for c in order {
+            let n = (claims / c.share).max(10);
+            let figures = measure(
+                &cluster,
+                &client,
+                &bin,
+                &plugin,
+                work.path(),
+                run_index,
+                c,
+                n,
+                stream,
+            )
+            .await;
+            run_index += 1;
+            results.push((c, figures));
+        }
+        // Reported in a fixed order whatever order they ran in.
+        results.sort_by_key(|(c, _)| chosen.iter().position(|k| k.key == c.key));
+        if rounds > 1 {
+            println!("\n== round {} of {rounds}", round + 1);
+        }
+        print_table(&results);
+        all_rounds.push(results);
     }
-    print_table(&results);
+    if rounds > 1 {
+        print_spread(&all_rounds);
+    }
+    let results = all_rounds.pop().unwrap();
     let out = workspace_root().join("target/bench");
     std::fs::create_dir_all(&out).unwrap();
     let chart = out.join("versus-go.svg");
@@ -895,6 +941,65 @@ fn print_table(results: &[(&Contender, Figures)]) {
             .map(|(name, s)| format!("{name} {:.2}", s * 1000.0 / claims))
             .collect();
         println!("  {:<32} {}", c.name, rows.join(", "));
+    }
+}
+
+/// Across rounds: each figure's median and range, and each ratio to the Go
+/// library at equal limits taken within a round (both ran minutes apart on
+/// the same control plane) before its median and range.
+fn print_spread(rounds: &[Vec<(&Contender, Figures)>]) {
+    fn spread(mut values: Vec<f64>) -> String {
+        values.sort_by(f64::total_cmp);
+        let median = values[values.len() / 2];
+        format!(
+            "{median:.2} [{:.2}–{:.2}]",
+            values[0],
+            values[values.len() - 1]
+        )
+    }
+    let p99 = |p: &Phase| percentile(&p.bound, 0.99).as_secs_f64();
+    println!(
+        "\nOver {} rounds, median [min–max]; ratios against the Go library at equal limits in the same round:",
+        rounds.len()
+    );
+    println!("\n| contender | burst claims/s | × Go burst throughput | × Go burst p99 | stream claims/s | × Go stream throughput | × Go stream p99 |");
+    println!("|---|---|---|---|---|---|---|");
+    for (c, _) in &rounds[0] {
+        let mine = |round: &Vec<(&Contender, Figures)>| {
+            let f = &round.iter().find(|(k, _)| k.key == c.key).unwrap().1;
+            let go = round.iter().find(|(k, _)| k.key == "go").map(|(_, g)| g);
+            (
+                f.burst.claims_per_s,
+                f.stream.claims_per_s,
+                go.map(|g| {
+                    [
+                        f.burst.claims_per_s / g.burst.claims_per_s,
+                        p99(&f.burst) / p99(&g.burst),
+                        f.stream.claims_per_s / g.stream.claims_per_s,
+                        p99(&f.stream) / p99(&g.stream),
+                    ]
+                }),
+            )
+        };
+        let figures: Vec<_> = rounds.iter().map(mine).collect();
+        let ratio = |i: usize| {
+            let values: Vec<f64> = figures.iter().filter_map(|f| f.2.map(|r| r[i])).collect();
+            if values.is_empty() {
+                "–".to_owned()
+            } else {
+                spread(values)
+            }
+        };
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            c.name,
+            spread(figures.iter().map(|f| f.0).collect()),
+            ratio(0),
+            ratio(1),
+            spread(figures.iter().map(|f| f.1).collect()),
+            ratio(2),
+            ratio(3),
+        );
     }
 }
 
