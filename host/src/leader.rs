@@ -54,6 +54,21 @@ pub fn lease_name(provisioner: &str) -> String {
     provisioner.replace('/', "-")
 }
 
+/// The Lease a node host of `provisioner` holds for its node: one per node,
+/// so a second host started for the same node waits instead of serving
+/// beside the first. A name too long for an object name (253 characters)
+/// ends in a digest of the node's name instead.
+pub fn node_lease_name(provisioner: &str, node: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let name = format!("{}.{node}", lease_name(provisioner));
+    if name.len() <= 253 {
+        return name;
+    }
+    let digest = Sha256::digest(node.as_bytes());
+    let hex: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
+    format!("{}.node-{hex}", lease_name(provisioner))
+}
+
 #[derive(Debug, thiserror::Error)]
 #[error("lost the leader lease {namespace}/{name}: not renewed within {deadline:?}")]
 pub struct LostLease {

@@ -58,12 +58,15 @@ pub trait Provisioner: Send + Sync + 'static {
 }
 
 /// What the lifecycle needs to know about a plugin before calling it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PluginInfo {
     /// Whether it provisions `volumeMode: Block` claims.
     pub block_volumes: bool,
     /// Whether it grows volumes (a Wasm plugin exporting `resizer`).
     pub resize: bool,
+    /// Whether it makes storage on the node the host runs on (`hostPath`
+    /// or `local` volumes): only right where that is the volume's node.
+    pub node_local: bool,
 }
 
 /// What a claim now asks of its volume.

@@ -42,6 +42,9 @@ pub enum Reload {
     Unchanged,
     /// It cannot be used; the previous version, if any, keeps serving.
     Rejected { reason: String },
+    /// The policy gives it to the other side's hosts (`runsOn`): not
+    /// loaded here, and nothing is wrong.
+    NotHere { reason: String },
 }
 
 /// Where a version comes from: a plugin source (one watched directory, or
@@ -181,6 +184,10 @@ impl PluginRegistry {
         let _one_at_a_time = self.reloading.lock().await;
         {
             let mut state = self.state.write().expect("registry lock");
+            if let Err(reason) = state.policies.serves(name) {
+                tracing::debug!(plugin = name, %origin, "not loaded: {reason}");
+                return Reload::NotHere { reason };
+            }
             if let Some(owner) = state.owners.get(name).filter(|o| **o != origin.source) {
                 let reason = format!(
                     "plugin {name} is already served from {owner}, and {origin} (in {}) is another version of it, which is not loaded. \
@@ -370,6 +377,9 @@ impl PluginRegistry {
         };
         let mut rebound = Vec::with_capacity(current.len());
         for (name, old, serving) in current {
+            // Given to the other side's hosts now: it makes nothing new
+            // here, and still deletes what it made.
+            let serving = serving && policies.serves(&name).is_ok();
             let policy = policies.sandbox_for(&name);
             let output = policies.output_for(&name);
             let version = if *old.plugin().policy() == policy {
@@ -392,6 +402,9 @@ impl PluginRegistry {
         let mut state = self.state.write().expect("registry lock");
         state.policies = Arc::new(policies);
         for (name, plugin, serving) in rebound {
+            if !serving {
+                state.serving.remove(&name);
+            }
             let map = if serving {
                 &mut state.serving
             } else {
@@ -432,6 +445,7 @@ impl PluginRegistry {
                 self.sources
             ));
         }
+        state.policies.serves(plugin)?;
         let names: Vec<&str> = state.serving.keys().map(String::as_str).collect();
         Err(format!(
             "no plugin named {plugin:?} is loaded; plugins are {} (loaded: {})",
@@ -509,6 +523,7 @@ impl Provisioner for PluginRegistry {
         self.serving_version(plugin).map(|p| PluginInfo {
             block_volumes: p.supports_block(),
             resize: p.can_resize(),
+            node_local: p.output_policy().makes_node_local_volumes(),
         })
     }
 

@@ -20,8 +20,8 @@ const NATIVE_DIGEST: &str =
 impl Provisioner for NativeHostPath {
     fn plugin(&self, _plugin: &str) -> Result<PluginInfo, String> {
         Ok(PluginInfo {
-            block_volumes: false,
-            resize: false,
+            node_local: true,
+            ..Default::default()
         })
     }
 

@@ -24,6 +24,7 @@ use super::run::{serve_plugins, shutdown_signal, LifecycleArgs};
 use super::RuntimeArgs;
 use crate::lifecycle;
 use crate::ops::{self, Ops};
+use crate::policy::RunsOn;
 
 const SAMPLE_CLASSES: [&str; 2] = [
     include_str!("../../../deploy/examples/sc.yaml"),
@@ -125,10 +126,11 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
             compile_timeout: args.compile_timeout,
             compiler: None,
         },
+        RunsOn::Central,
         ops.metrics.clone(),
     )
     .await?;
-    let mut config = args.lifecycle.config()?;
+    let mut config = args.lifecycle.config(false)?;
     // A plugin author is watching: retry failures within seconds, not the
     // production defaults' minutes.
     config.retry_base = Duration::from_millis(500);
@@ -157,7 +159,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
     let mut immediate_class = None;
     for yaml in SAMPLE_CLASSES {
         let mut class: StorageClass = serde_yaml::from_str(yaml)?;
-        class.provisioner = args.lifecycle.provisioner_name.clone();
+        class.provisioner = args.lifecycle.provisioner_name(false);
         if let Some(p) = class.parameters.as_mut() {
             p.insert("hostRoot".into(), host_root.display().to_string());
         }

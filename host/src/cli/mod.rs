@@ -13,6 +13,9 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// The provisioner name a host answers to unless told otherwise
 /// (`wasmprov run --provisioner-name`).
 const DEFAULT_PROVISIONER_NAME: &str = "wasmprov.io/host";
+/// The name node hosts (`wasmprov run --node-name`) answer to unless told
+/// otherwise: a DNS subdomain without `/`, as a CSIDriver's name must be.
+const DEFAULT_NODE_PROVISIONER_NAME: &str = "node.wasmprov.io";
 
 /// A Kubernetes dynamic volume provisioner whose storage backends are
 /// sandboxed WebAssembly components.

@@ -14,18 +14,16 @@ use crate::leader::{self, LeaseConfig};
 use crate::lifecycle::{self, Names};
 use crate::metrics::Metrics;
 use crate::ops::{self, Ops};
+use crate::policy::RunsOn;
 use crate::registry::PluginRegistry;
 use crate::runtime::Runtime;
 
 #[derive(Debug, Clone, Args)]
 pub struct LifecycleArgs {
-    /// The provisioner name StorageClasses use to select this host.
-    #[arg(
-        long,
-        default_value = super::DEFAULT_PROVISIONER_NAME,
-        env = "WASMPROV_PROVISIONER_NAME"
-    )]
-    pub provisioner_name: String,
+    /// The provisioner name StorageClasses use to select this host
+    /// [default: wasmprov.io/host; node.wasmprov.io with --node-name].
+    #[arg(long, env = "WASMPROV_PROVISIONER_NAME")]
+    pub provisioner_name: Option<String>,
     /// More names this host answers to (comma-separated), e.g. to take over
     /// the classes of a provisioner it replaces.
     #[arg(long, value_delimiter = ',', env = "WASMPROV_EXTRA_PROVISIONER_NAMES")]
@@ -105,11 +103,26 @@ pub struct LifecycleArgs {
 }
 
 impl LifecycleArgs {
-    /// The lifecycle's configuration, or what is inconsistent between flags.
-    pub fn config(&self) -> anyhow::Result<lifecycle::Config> {
-        let mut config = lifecycle::Config::new(self.provisioner_name.clone());
+    /// The name classes select this host by: --provisioner-name, else the
+    /// central or (`node_mode`) the node hosts' default.
+    pub fn provisioner_name(&self, node_mode: bool) -> String {
+        let default = if node_mode {
+            super::DEFAULT_NODE_PROVISIONER_NAME
+        } else {
+            super::DEFAULT_PROVISIONER_NAME
+        };
+        self.provisioner_name
+            .clone()
+            .unwrap_or_else(|| default.to_owned())
+    }
+
+    /// The lifecycle's configuration (of a central host, or a node host if
+    /// `node_mode`), or what is inconsistent between flags.
+    pub fn config(&self, node_mode: bool) -> anyhow::Result<lifecycle::Config> {
+        let primary = self.provisioner_name(node_mode);
+        let mut config = lifecycle::Config::new(primary.clone());
         config.names = Names {
-            primary: self.provisioner_name.clone(),
+            primary,
             additional: self.extra_provisioner_names.clone(),
         };
         for (name, class) in &self.adopt_volumes {
@@ -271,6 +284,13 @@ pub struct RunArgs {
     /// This replica's identity in the Lease [default: $POD_NAME, else the host name].
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
+    /// Node mode: the node this host runs on (the pod's spec.nodeName). It
+    /// serves the policy's `runsOn: node` plugins, provisions only claims
+    /// whose selected node is this one, pins their volumes to it, and
+    /// deletes or grows only volumes pinned to it; one host per node (a
+    /// DaemonSet), each under a Lease of its node.
+    #[arg(long, value_name = "NODE", env = "NODE_NAME")]
+    pub node_name: Option<String>,
     #[command(flatten)]
     pub lifecycle: LifecycleArgs,
     #[command(flatten)]
@@ -309,7 +329,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     if args.leader_election {
         check_lease_timings(&args)?;
     }
-    let config = args.lifecycle.config()?;
+    let node_mode = args.node_name.is_some();
+    if node_mode && args.runtime.policy.is_none() {
+        anyhow::bail!(
+            "--node-name without --policy: a node host serves the plugins the sandbox policy \
+             gives to nodes (runsOn: node) and no other; pass the policy file"
+        );
+    }
+    let mut config = args.lifecycle.config(node_mode)?;
     let kube_config = match &args.kubeconfig {
         Some(path) => {
             // Read it here: kube's own error repeats its cause and quotes the path twice.
@@ -360,10 +387,21 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         },
         initial_timeout: Duration::from_secs(30),
     });
+    // Before any plugin loads: a node host on a node that is not there
+    // (a wrong --node-name) would serve nobody.
+    if let Some(name) = &args.node_name {
+        config.node = Some(lifecycle::OwnNode::lookup(&client, name).await?);
+    }
+    let side = if node_mode {
+        RunsOn::Node
+    } else {
+        RunsOn::Central
+    };
     let registry = serve_plugins(
         args.plugins_dir.as_deref(),
         configmaps,
         &args.runtime,
+        side,
         ops.metrics.clone(),
     )
     .await?;
@@ -394,11 +432,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             .clone()
             .unwrap_or_else(pod_namespace);
         let identity = args.identity.clone().unwrap_or_else(default_identity);
-        let mut lease = LeaseConfig::new(
-            &namespace,
-            &leader::lease_name(&config.names.primary),
-            &identity,
-        );
+        // Node hosts work side by side, one per node: each holds its node's
+        // Lease, so two hosts never serve one node at once.
+        let lease_name = match &config.node {
+            Some(node) => leader::node_lease_name(&config.names.primary, &node.name),
+            None => leader::lease_name(&config.names.primary),
+        };
+        let mut lease = LeaseConfig::new(&namespace, &lease_name, &identity);
         lease.lease_duration = args.leader_election_lease_duration;
         lease.renew_deadline = args.leader_election_renew_deadline;
         lease.retry_period = args.leader_election_retry_period;
@@ -430,6 +470,7 @@ pub async fn serve_plugins(
     dir: Option<&Path>,
     configmaps: Option<delivery::ConfigMapsSource>,
     args: &RuntimeArgs,
+    side: RunsOn,
     metrics: Arc<Metrics>,
 ) -> anyhow::Result<Arc<PluginRegistry>> {
     let runtime = Runtime::new(args.runtime_config()?)?;
@@ -437,6 +478,7 @@ pub async fn serve_plugins(
         dir,
         configmaps,
         policy: args.policy.as_deref(),
+        side,
     };
     delivery::serve(sources, Arc::new(runtime), metrics, WatchConfig::default()).await
 }

@@ -334,7 +334,7 @@ impl Source {
                 self.events
                     .normal(&head.object_ref(&()), PLUGIN_LOADED, ACTION, note);
             }
-            Reload::Unchanged => {}
+            Reload::Unchanged | Reload::NotHere { .. } => {}
             Reload::Rejected { reason } => self.rejected(name, head, &reason).await,
         }
         Some(sha256)

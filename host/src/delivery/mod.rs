@@ -26,7 +26,7 @@ pub use policy_file::PolicyFile;
 pub use watch::{watch, WatchConfig};
 
 use crate::metrics::Metrics;
-use crate::policy::PolicySet;
+use crate::policy::{PolicySet, RunsOn};
 use crate::registry::PluginRegistry;
 use crate::runtime::Runtime;
 
@@ -39,6 +39,8 @@ pub struct Sources<'a> {
     pub configmaps: Option<ConfigMapsSource>,
     /// The sandbox policy file.
     pub policy: Option<&'a Path>,
+    /// Which of the policy's plugins this host serves (`runsOn`).
+    pub side: RunsOn,
 }
 
 /// The API source's settings.
@@ -62,7 +64,7 @@ pub async fn serve(
 ) -> anyhow::Result<Arc<PluginRegistry>> {
     let (policy_file, policies) = match sources.policy {
         Some(path) => {
-            let (file, policies) = PolicyFile::load(path)?;
+            let (file, policies) = PolicyFile::load(path, sources.side)?;
             (Some(file), policies)
         }
         None => (None, PolicySet::default()),
@@ -176,8 +178,8 @@ pub async fn serve_directory(
 ) -> anyhow::Result<Arc<PluginRegistry>> {
     let sources = Sources {
         dir: Some(dir),
-        configmaps: None,
         policy,
+        ..Sources::default()
     };
     serve(sources, runtime, metrics, watch_config).await
 }

@@ -4,25 +4,34 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use crate::policy::PolicySet;
+use crate::policy::{PolicySet, RunsOn};
 
-/// The policy file and the digest of the content last applied.
+/// The policy file, the side it is read for, and the digest of the content
+/// last applied.
 #[derive(Debug)]
 pub struct PolicyFile {
     path: PathBuf,
+    side: RunsOn,
     applied: Option<[u8; 32]>,
 }
 
 impl PolicyFile {
-    /// Reads and parses the policy for the first time.
-    pub fn load(path: impl Into<PathBuf>) -> anyhow::Result<(Self, PolicySet)> {
+    /// Reads and parses the policy for the first time, for a host of `side`.
+    pub fn load(path: impl Into<PathBuf>, side: RunsOn) -> anyhow::Result<(Self, PolicySet)> {
         let path = path.into();
         let text = std::fs::read_to_string(&path).map_err(|e| {
             anyhow::anyhow!("cannot read the sandbox policy {}: {e}", path.display())
         })?;
-        let policies = PolicySet::parse(&text, &path)?;
+        let policies = PolicySet::parse_for(&text, &path, side)?;
         let applied = Some(Sha256::digest(text.as_bytes()).into());
-        Ok((Self { path, applied }, policies))
+        Ok((
+            Self {
+                path,
+                side,
+                applied,
+            },
+            policies,
+        ))
     }
 
     pub fn path(&self) -> &Path {
@@ -40,6 +49,6 @@ impl PolicyFile {
         }
         // Remember rejected content too, so it is reported once, not on every pass.
         self.applied = Some(digest);
-        Some(PolicySet::parse(&text, &self.path).map_err(|e| e.to_string()))
+        Some(PolicySet::parse_for(&text, &self.path, self.side).map_err(|e| e.to_string()))
     }
 }

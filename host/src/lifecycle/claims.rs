@@ -15,6 +15,7 @@ use kube::{Api, Resource, ResourceExt};
 use super::decide::{self, keys, ClaimDecision};
 use super::finalizers;
 use super::in_progress::{self, Finish};
+use super::nodes;
 use super::reasons::*;
 use super::resize;
 use super::{lock, AfterFailure, Context, Error};
@@ -36,7 +37,11 @@ pub(super) async fn reconcile<P: Provisioner>(
     ctx: Arc<Context<P>>,
 ) -> Result<Action, Error> {
     let class_name = decide::claim_class(&claim).to_owned();
-    if !decide::is_ours(&claim, &ctx.config.names) {
+    // Another provisioner's claim, or (node mode) another node's: nothing
+    // to do, and no request.
+    if !decide::is_ours(&claim, &ctx.config.names)
+        || !nodes::claim_is_here(&claim, ctx.config.node.as_ref())
+    {
         return Ok(Action::await_change());
     }
     let class = ctx.classes.get(&ObjectRef::new(&class_name));
@@ -56,9 +61,9 @@ pub(super) async fn reconcile<P: Provisioner>(
                 .warning(&reference, PROVISIONING_FAILED, "Provisioning", message);
             Ok(Action::requeue(SLOW_RETRY))
         }
-        ClaimDecision::Provision { plugin } => {
+        ClaimDecision::Provision { plugin, node_local } => {
             let class = class.ok_or_else(|| Error::Provision("class vanished".into()))?;
-            provision(&claim, (*class).clone(), &plugin, &ctx).await
+            provision(&claim, (*class).clone(), &plugin, node_local, &ctx).await
         }
         ClaimDecision::DropFinalizer => {
             release(&claim, &ctx).await?;
@@ -196,6 +201,7 @@ async fn provision<P: Provisioner>(
     claim: &PersistentVolumeClaim,
     class: StorageClass,
     plugin: &str,
+    node_local: bool,
     ctx: &Context<P>,
 ) -> Result<Action, Error> {
     let reference = claim.object_ref(&());
@@ -240,6 +246,12 @@ async fn provision<P: Provisioner>(
     if let Some(left) = ctx.backing_off(&uid, &this_version) {
         tracing::debug!(claim = %key(claim), retry_in = ?left, "backing off");
         return Ok(Action::requeue(left));
+    }
+
+    if node_local && ctx.config.node.is_none() {
+        if let Some(refused) = node_local_refused_here(claim, plugin, ctx).await {
+            return Ok(refused);
+        }
     }
 
     let selected_node = match decide::selected_node(claim) {
@@ -310,6 +322,21 @@ async fn provision<P: Provisioner>(
         }
     };
     ctx.in_progress.forget(&uid);
+    if let Some(own) = &ctx.config.node {
+        if let Err(refusal) = nodes::pin(&mut pv, own, plugin) {
+            return discard(
+                claim,
+                &claim_now,
+                plugin,
+                &pv,
+                &opts,
+                "was refused",
+                refusal,
+                ctx,
+            )
+            .await;
+        }
+    }
     // Only a volume reclaimed by deletion has storage to guard.
     let reclaim_delete = pv
         .spec
@@ -345,45 +372,104 @@ async fn provision<P: Provisioner>(
             Ok(Action::await_change())
         }
         Err(save_error) => {
-            ctx.metrics
-                .provision_failed_total
-                .get_or_create(&class_label)
-                .inc();
-            // The backend made storage nobody will ever find: remove it,
-            // with the retries of the save (the Go library's backoffStore).
-            let with_class = crate::provisioner::with_class_parameters(&pv, Some(&opts.class));
-            match clean_up(plugin, &with_class, ctx).await {
-                Ok(()) => release_or_log(&claim_now, ctx).await,
-                Err(e) => {
-                    let tries = if e.state == DeleteState::Failed {
-                        let n = ctx.config.save_attempts.max(1);
-                        let s = if n == 1 { "" } else { "s" };
-                        format!(" (tried {n} time{s}, --save-attempts)")
-                    } else {
-                        String::new()
-                    };
-                    let message = format!(
-                        "Volume {pv_name} could not be saved and deleting its storage failed too{tries}; \
-                         it may have leaked: {e}"
-                    );
-                    ctx.events.warning(
-                        &reference,
-                        PROVISIONING_CLEANUP_FAILED,
-                        "Provisioning",
-                        message,
-                    );
-                }
-            }
             let message = format!("failed to save PersistentVolume {pv_name}: {save_error}");
-            ctx.events.warning(
-                &reference,
-                PROVISIONING_FAILED,
-                "Provisioning",
-                message.clone(),
-            );
-            Err(Error::Provision(message))
+            discard(
+                claim,
+                &claim_now,
+                plugin,
+                &pv,
+                &opts,
+                "could not be saved",
+                message,
+                ctx,
+            )
+            .await
         }
     }
+}
+
+/// The storage of a volume that will not be saved (it could not be, or it
+/// was refused) would never be found again: remove it, with the retries of
+/// the save (the Go library's backoffStore), and report why it went.
+#[allow(clippy::too_many_arguments)]
+async fn discard<P: Provisioner>(
+    claim: &PersistentVolumeClaim,
+    claim_now: &PersistentVolumeClaim,
+    plugin: &str,
+    pv: &PersistentVolume,
+    opts: &ProvisionOptions,
+    what_happened: &str,
+    message: String,
+    ctx: &Context<P>,
+) -> Result<Action, Error> {
+    let reference = claim.object_ref(&());
+    ctx.metrics
+        .provision_failed_total
+        .get_or_create(&Metrics::provision_labels(claim))
+        .inc();
+    let with_class = crate::provisioner::with_class_parameters(pv, Some(&opts.class));
+    match clean_up(plugin, &with_class, ctx).await {
+        Ok(()) => release_or_log(claim_now, ctx).await,
+        Err(e) => {
+            let tries = if e.state == DeleteState::Failed {
+                let n = ctx.config.save_attempts.max(1);
+                let s = if n == 1 { "" } else { "s" };
+                format!(" (tried {n} time{s}, --save-attempts)")
+            } else {
+                String::new()
+            };
+            let cleanup_failed = format!(
+                "Volume {} {what_happened} and deleting its storage failed too{tries}; \
+                 it may have leaked: {e}",
+                opts.pv_name
+            );
+            ctx.events.warning(
+                &reference,
+                PROVISIONING_CLEANUP_FAILED,
+                "Provisioning",
+                cleanup_failed,
+            );
+        }
+    }
+    ctx.events.warning(
+        &reference,
+        PROVISIONING_FAILED,
+        "Provisioning",
+        message.clone(),
+    );
+    Err(Error::Provision(message))
+}
+
+/// A central host asked to make node-local storage (`hostPath`, `local`)
+/// in a cluster of several nodes refuses: the storage would be made on the
+/// node the host runs on, whatever node the claim's pods run on. The
+/// refusal, if any, counts as a failure (slow retries, giving up).
+async fn node_local_refused_here<P>(
+    claim: &PersistentVolumeClaim,
+    plugin: &str,
+    ctx: &Context<P>,
+) -> Option<Action> {
+    let class = decide::claim_class(claim);
+    let message = match ctx.node_count.more_than_one(&ctx.client).await {
+        Ok(false) => return None,
+        Ok(true) => format!(
+            "plugin {plugin} (StorageClass {class}) makes hostPath/local volumes, which a central \
+             host makes on the node it runs on, and this cluster has more than one node: serve \
+             the class from the node side (give the plugin's policy entry `runsOn: node`, and \
+             the class the node hosts' provisioner name; see deploy/README.md)"
+        ),
+        Err(e) => format!(
+            "plugin {plugin} (StorageClass {class}) makes hostPath/local volumes, which are right \
+             only on a single-node cluster when made by a central host, and the cluster's nodes \
+             cannot be counted ({e}): allow this host to list nodes, or serve the class from the \
+             node side (`runsOn: node`)"
+        ),
+    };
+    ctx.metrics
+        .provision_failed_total
+        .get_or_create(&Metrics::provision_labels(claim))
+        .inc();
+    Some(reported_failure(claim, ctx, &message, SLOW_RETRY).await)
 }
 
 async fn provision_failed<P: Provisioner>(

@@ -50,8 +50,9 @@ pub enum ClaimDecision {
     WaitForNode,
     /// Ours, but it cannot be provisioned as it is: report and retry slowly.
     Refuse(String),
-    /// Provision it with this plugin.
-    Provision { plugin: String },
+    /// Provision it with this plugin, which makes storage on the host's own
+    /// node if `node_local`.
+    Provision { plugin: String, node_local: bool },
     /// Bound, yet still carrying our claim finalizer: remove it.
     DropFinalizer,
     /// Deleted while provisioning may have made storage (our claim finalizer
@@ -192,6 +193,7 @@ pub fn claim(
     }
     ClaimDecision::Provision {
         plugin: plugin_name.clone(),
+        node_local: info.node_local,
     }
 }
 
@@ -343,12 +345,12 @@ mod tests {
     fn known(plugin: &str) -> Result<PluginInfo, String> {
         match plugin {
             "hostpath" => Ok(PluginInfo {
-                block_volumes: false,
-                resize: false,
+                node_local: true,
+                ..Default::default()
             }),
             "blocky" => Ok(PluginInfo {
                 block_volumes: true,
-                resize: false,
+                ..Default::default()
             }),
             other => Err(format!("no plugin {other}")),
         }
@@ -419,6 +421,7 @@ mod tests {
         use ClaimDecision::*;
         let hostpath = || Provision {
             plugin: "hostpath".into(),
+            node_local: true,
         };
         let cases: Vec<(&str, PersistentVolumeClaim, Option<StorageClass>, ClaimDecision)> = vec![
             ("provision a pending claim of our class", pvc(json!({})), Some(sc(json!({}))), hostpath()),
@@ -481,7 +484,10 @@ mod tests {
                 "block mode with a plugin that supports it",
                 pvc(json!({"spec": {"volumeMode": "Block"}})),
                 Some(sc(json!({"parameters": {"plugin": "blocky"}}))),
-                Provision { plugin: "blocky".into() },
+                Provision {
+                    plugin: "blocky".into(),
+                    node_local: false,
+                },
             ),
             (
                 "wait for the scheduler on WaitForFirstConsumer",
@@ -543,6 +549,7 @@ mod tests {
                 Some(sc(json!({}))),
                 Provision {
                     plugin: "hostpath".into(),
+                    node_local: true,
                 },
             ),
             (

@@ -12,6 +12,7 @@ pub mod decide;
 mod finalizer_conflicts;
 mod finalizers;
 mod in_progress;
+pub mod nodes;
 mod reasons;
 pub mod resize;
 pub mod throttle;
@@ -37,12 +38,17 @@ use crate::provisioner::Provisioner;
 /// How long a stopping lifecycle waits for its last events to be sent.
 const EVENTS_FLUSH: Duration = Duration::from_secs(5);
 pub use decide::Names;
+pub use nodes::OwnNode;
 pub use throttle::ApiLimits;
 
 /// How the lifecycle behaves; the defaults follow the Go library.
 #[derive(Debug, Clone)]
 pub struct Config {
     pub names: Names,
+    /// Node mode: the node this host runs on and serves alone (claims
+    /// selected for it, volumes pinned to it). `None`: a central host,
+    /// serving claims whatever their node.
+    pub node: Option<OwnNode>,
     /// For volumes a replaced provisioner made under one of our names whose
     /// own class names no plugin: that provisioner name → the StorageClass
     /// whose plugin and parameters delete them (`--adopt-volumes`).
@@ -88,6 +94,7 @@ impl Config {
                 primary: provisioner_name.into(),
                 additional: Vec::new(),
             },
+            node: None,
             adopt_volumes: Default::default(),
             workers: 4,
             add_finalizer: false,
@@ -144,6 +151,8 @@ struct Context<P> {
     /// cache, and since when: a brief miss is the class watch lagging, a
     /// longer one a deleted class.
     class_missing_since: Mutex<HashMap<String, std::time::Instant>>,
+    /// Whether the cluster has more than one node (central guard).
+    node_count: nodes::NodeCount,
 }
 
 /// The failures of one claim or volume.
@@ -328,6 +337,7 @@ pub async fn run<P: Provisioner>(
         failures: Mutex::default(),
         resize_final_errors: Mutex::default(),
         class_missing_since: Mutex::default(),
+        node_count: Default::default(),
         finalizer_conflicts: Default::default(),
         resyncs: resyncs.clone(),
         config: config.clone(),
@@ -384,7 +394,14 @@ pub async fn run<P: Provisioner>(
                 tracing::debug!(error = %e, "volume reconcile");
             }
         });
-    tracing::info!(provisioner = %config.names.primary, workers = config.workers, "provisioning lifecycle started");
+    match &config.node {
+        Some(node) => {
+            tracing::info!(provisioner = %config.names.primary, workers = config.workers, node = %node.name, "provisioning lifecycle started for the claims and volumes of this node")
+        }
+        None => {
+            tracing::info!(provisioner = %config.names.primary, workers = config.workers, "provisioning lifecycle started")
+        }
+    }
     let mut controllers = tokio::task::JoinSet::new();
     controllers.spawn(claims);
     controllers.spawn(volumes);
@@ -459,6 +476,7 @@ mod tests {
             failures: Mutex::default(),
             resize_final_errors: Mutex::default(),
             class_missing_since: Mutex::default(),
+            node_count: Default::default(),
             finalizer_conflicts: Default::default(),
             resyncs: tokio::sync::watch::channel(0).1,
         }

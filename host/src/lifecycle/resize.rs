@@ -29,6 +29,7 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
 use super::decide::{claim_class, provisioned_by, Names};
+use super::nodes;
 use super::reasons::*;
 use super::{lock, AfterFailure, Context, Error};
 use crate::metrics::Metrics;
@@ -258,6 +259,12 @@ async fn resize<P: Provisioner>(
     let pv = spec
         .and_then(|s| s.volume_name.as_deref())
         .and_then(|name| ctx.volumes.get(&ObjectRef::new(name)));
+    if pv
+        .as_deref()
+        .is_some_and(|pv| !nodes::volume_is_here(pv, ctx.config.node.as_ref()))
+    {
+        return Ok(Action::await_change());
+    }
     let class_name = claim_class(claim);
     let class = ctx.classes.get(&ObjectRef::new(class_name));
     let uid = format!("{}/resize", claim.uid().unwrap_or_default());

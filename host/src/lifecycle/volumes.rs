@@ -13,6 +13,7 @@ use kube::{Api, Resource, ResourceExt};
 use super::decide::{self, keys, VolumeDecision};
 use super::finalizer_conflicts::{Direction, Verdict};
 use super::finalizers;
+use super::nodes;
 use super::reasons::{VOLUME_FAILED_DELETE, VOLUME_FINALIZER_CONFLICT};
 use super::{AfterFailure, Context, Error};
 use crate::metrics::Metrics;
@@ -24,6 +25,10 @@ pub(super) async fn reconcile<P: Provisioner>(
     pv: Arc<PersistentVolume>,
     ctx: Arc<Context<P>>,
 ) -> Result<Action, Error> {
+    // Node mode: another node's volume is its host's, and costs no request.
+    if !nodes::volume_is_here(&pv, ctx.config.node.as_ref()) {
+        return Ok(Action::await_change());
+    }
     let volumes: Api<PersistentVolume> = Api::all(ctx.client.clone());
     let plugin = match decide::volume(&pv, &ctx.config.names, ctx.config.add_finalizer) {
         VolumeDecision::Ignore => return Ok(Action::await_change()),

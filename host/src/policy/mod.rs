@@ -24,7 +24,14 @@
 //!     output:                                 # what it may return: see [`output`]
 //!       sources: [hostPath]
 //!       paths: [/var/lib/wasmprov/hostpath]
+//!     runsOn: node                            # served by the host on each node
 //! ```
+//!
+//! `runsOn: node` gives a plugin to the hosts running on every node
+//! (`--node-name`); it must make only `hostPath`/`local` volumes in granted
+//! directories. Central hosts serve the others. Each host loads only its
+//! side's entries; the other side's are checked, not resolved (their
+//! directories exist on the nodes only).
 //!
 //! Guarded layout: a plugin whose preopens overlap a path that volumes may
 //! use (any plugin's `output.paths`) cannot create links in any of its
@@ -135,25 +142,63 @@ impl Default for SandboxPolicy {
     }
 }
 
-/// A parsed, validated policy file.
+/// Which hosts serve a plugin (`runsOn`): the central Deployment, or the
+/// host on every node (a DaemonSet started with `--node-name`), for
+/// plugins that make storage on the node's own filesystem.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunsOn {
+    #[default]
+    Central,
+    Node,
+}
+
+impl RunsOn {
+    fn describe(self) -> &'static str {
+        match self {
+            RunsOn::Central => "central hosts (no runsOn, or runsOn: central)",
+            RunsOn::Node => "node hosts (runsOn: node)",
+        }
+    }
+}
+
+/// A parsed, validated policy file, as one side (central or node) uses it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PolicySet {
     defaults: SandboxPolicy,
     plugins: BTreeMap<String, (SandboxPolicy, OutputPolicy)>,
+    /// The side this host serves.
+    side: RunsOn,
+    /// Plugins the file gives to the other side: checked as far as can be
+    /// without their node's directories, then left to that side's hosts.
+    elsewhere: BTreeMap<String, RunsOn>,
 }
 
 impl PolicySet {
-    /// Reads and validates a policy file.
+    /// Reads and validates a policy file for a central host.
     pub fn load(path: &Path) -> Result<Self, PolicyError> {
+        Self::load_for(path, RunsOn::Central)
+    }
+
+    /// Reads and validates a policy file for a host of `side`.
+    pub fn load_for(path: &Path, side: RunsOn) -> Result<Self, PolicyError> {
         let text = std::fs::read_to_string(path).map_err(|error| PolicyError::Read {
             path: path.to_owned(),
             error,
         })?;
-        Self::parse(&text, path)
+        Self::parse_for(&text, path, side)
     }
 
-    /// Parses and validates policy YAML; `origin` names it in errors.
+    /// Parses and validates policy YAML for a central host; `origin` names
+    /// it in errors.
     pub fn parse(text: &str, origin: &Path) -> Result<Self, PolicyError> {
+        Self::parse_for(text, origin, RunsOn::Central)
+    }
+
+    /// Parses and validates policy YAML for a host of `side`: the entries
+    /// of the other side are checked but not resolved (their directories
+    /// are on nodes, not necessarily here).
+    pub fn parse_for(text: &str, origin: &Path, side: RunsOn) -> Result<Self, PolicyError> {
         let file: PolicyFile = if text.trim().is_empty() {
             PolicyFile::default()
         } else {
@@ -172,8 +217,19 @@ impl PolicySet {
             .apply(SandboxPolicy::default(), "defaults")
             .map_err(|(f, m)| invalid(f, m))?;
         let mut plugins = BTreeMap::new();
+        let mut elsewhere = BTreeMap::new();
         for (name, mut spec) in file.plugins {
             let field = format!("plugins.{name}");
+            let runs_on = spec.runs_on.unwrap_or_default();
+            if runs_on == RunsOn::Node {
+                spec.output
+                    .check_node_local(&field)
+                    .map_err(|(f, m)| invalid(f, m))?;
+            }
+            if runs_on != side {
+                elsewhere.insert(name, runs_on);
+                continue;
+            }
             let mut output = std::mem::take(&mut spec.output)
                 .resolve(&format!("{field}.output"))
                 .map_err(|(f, m)| invalid(f, m))?;
@@ -226,7 +282,34 @@ impl PolicySet {
         for (name, (sandbox, _)) in &mut plugins {
             sandbox.guard_volumes = guarded.contains(name);
         }
-        Ok(Self { defaults, plugins })
+        Ok(Self {
+            defaults,
+            plugins,
+            side,
+            elsewhere,
+        })
+    }
+
+    /// Whether a host of this side serves the named plugin, or why not: a
+    /// plugin the file gives to the other side, or (on a node host) one the
+    /// file does not give to node hosts at all.
+    pub fn serves(&self, name: &str) -> Result<(), String> {
+        if let Some(side) = self.elsewhere.get(name) {
+            return Err(format!(
+                "plugin {name} is served by {} as the sandbox policy says (plugins.{name}.runsOn), \
+                 not by this host, which serves {}",
+                side.describe(),
+                self.side.describe()
+            ));
+        }
+        if self.side == RunsOn::Node && !self.plugins.contains_key(name) {
+            return Err(format!(
+                "plugin {name} has no entry with runsOn: node in the sandbox policy, and this \
+                 host serves node hosts' plugins only; add plugins.{name} with runsOn: node, or \
+                 serve it centrally"
+            ));
+        }
+        Ok(())
     }
 
     /// The sandbox of the named plugin (the defaults if it has no entry).
@@ -320,6 +403,8 @@ struct LimitsSpec {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct PluginSpec {
+    #[serde(default)]
+    runs_on: Option<RunsOn>,
     memory_limit: Option<String>,
     timeout: Option<String>,
     max_concurrent_calls: Option<usize>,
@@ -533,6 +618,22 @@ mod tests {
                 "plugins.a.recordParameters[0]",
             ),
             (
+                "plugins: {a: {runsOn: nodes}}",
+                "unknown variant `nodes`, expected `central` or `node`",
+            ),
+            (
+                "plugins: {a: {runsOn: node}}",
+                "plugins.a.output.paths: plugins.a.runsOn is node, but the plugin is granted no node directory",
+            ),
+            (
+                "plugins: {a: {runsOn: node, output: {sources: [hostPath, nfs], paths: [/tmp]}}}",
+                "plugins.a.output.sources[1]: nfs is not node-local storage",
+            ),
+            (
+                "plugins: {a: {runsOn: node, output: {sources: [hostPath], uncheckedSources: [iscsi], paths: [/tmp]}}}",
+                "plugins.a.output.uncheckedSources[0]: iscsi is not node-local storage",
+            ),
+            (
                 "plugins: {a: {secretParameters: [password], recordParameters: [server, password]}}",
                 "plugins.a.recordParameters[1]: \"password\" is also listed under plugins.a.secretParameters, which are never written on a volume; remove it from one of the two",
             ),
@@ -580,5 +681,58 @@ mod tests {
             let report = format!("{:#}", anyhow::Error::from(err));
             assert_eq!(report.matches(want).count(), 1, "{report}");
         }
+    }
+
+    #[test]
+    fn each_side_serves_its_own_plugins_and_leaves_the_others_directories_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let here = dir.path().display();
+        // The node directory exists on nodes only: a central host must not
+        // look for it, and a node host must not look for central grants.
+        let yaml = format!(
+            "plugins:\n  \
+             hostpath:\n    runsOn: node\n    \
+               preopens: [{{host: /var/lib/no-such-node-dir, guest: /volumes, mode: read-write}}]\n    \
+               output: {{sources: [hostPath], paths: [/var/lib/no-such-node-dir]}}\n  \
+             nfs:\n    preopens: [{{host: {here}, guest: /exports, mode: read-write}}]\n    \
+               output: {{sources: [nfs], nfsExports: ['10.0.0.5:/exports']}}\n"
+        );
+        let central = parse(&yaml).unwrap();
+        assert!(central.serves("nfs").is_ok());
+        assert!(
+            central.serves("unlisted").is_ok(),
+            "central serves plugins without an entry"
+        );
+        let refusal = central.serves("hostpath").unwrap_err();
+        assert!(
+            refusal.contains("plugin hostpath is served by node hosts (runsOn: node)")
+                && refusal.contains("plugins.hostpath.runsOn"),
+            "{refusal}"
+        );
+
+        let node_yaml = yaml.replace("/var/lib/no-such-node-dir", &here.to_string());
+        let node_yaml = node_yaml.replace(
+            &format!("host: {here}, guest: /exports"),
+            "host: /no/such/central/dir, guest: /exports",
+        );
+        let node =
+            PolicySet::parse_for(&node_yaml, Path::new("policy.yaml"), RunsOn::Node).unwrap();
+        assert!(node.serves("hostpath").is_ok());
+        assert_eq!(
+            node.output_for("hostpath").paths,
+            vec![dir.path().canonicalize().unwrap()]
+        );
+        assert!(node
+            .serves("nfs")
+            .unwrap_err()
+            .contains("served by central hosts"));
+        let unlisted = node.serves("unlisted").unwrap_err();
+        assert!(
+            unlisted.contains("add plugins.unlisted with runsOn: node"),
+            "{unlisted}"
+        );
+        // The other side's mistakes are still mistakes here.
+        let bad = node_yaml.replace("sources: [nfs]", "sources: [nfs], bogus: 1");
+        assert!(PolicySet::parse_for(&bad, Path::new("policy.yaml"), RunsOn::Node).is_err());
     }
 }

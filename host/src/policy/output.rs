@@ -164,6 +164,12 @@ pub struct OutputPolicy {
 }
 
 impl OutputPolicy {
+    /// Whether the plugin may return storage on one node's filesystem
+    /// (`hostPath`, `local`): made on the node its host runs on.
+    pub fn makes_node_local_volumes(&self) -> bool {
+        PATH_KINDS.iter().any(|k| self.sources.contains(*k))
+    }
+
     /// Whether the class parameter `key` is written on the volumes made.
     pub fn records(&self, key: &str) -> bool {
         !self.secret_parameters.contains(key)
@@ -220,6 +226,53 @@ pub(super) struct OutputSpec {
     require_volume_name: Option<bool>,
     #[serde(default)]
     any_node_affinity: bool,
+}
+
+impl OutputSpec {
+    /// A plugin served by node hosts (`runsOn: node`) makes storage on its
+    /// node's filesystem only: `hostPath`/`local` volumes, in granted node
+    /// directories. Checked on every host, whichever side it serves, so
+    /// both refuse the same file.
+    pub(super) fn check_node_local(&self, field: &str) -> Result<(), FieldError> {
+        let runs_on = format!("{field}.runsOn");
+        if let Some((i, kind)) = self
+            .sources
+            .iter()
+            .chain(&self.unchecked_sources)
+            .enumerate()
+            .find(|(_, k)| !PATH_KINDS.contains(&k.as_str()))
+        {
+            let list = if i < self.sources.len() {
+                "sources"
+            } else {
+                "uncheckedSources"
+            };
+            let i = if i < self.sources.len() {
+                i
+            } else {
+                i - self.sources.len()
+            };
+            return Err((
+                format!("{field}.output.{list}[{i}]"),
+                format!(
+                    "{kind} is not node-local storage, and {runs_on} is node: a node host makes \
+                     only hostPath and local volumes, on its own node; serve this plugin centrally \
+                     (remove runsOn) or grant only hostPath/local"
+                ),
+            ));
+        }
+        if self.sources.is_empty() || self.paths.is_empty() {
+            return Err((
+                format!("{field}.output.paths"),
+                format!(
+                    "{runs_on} is node, but the plugin is granted no node directory: list the \
+                     node's directory its volumes live in under {field}.output.paths (and \
+                     hostPath or local under {field}.output.sources), or serve it centrally"
+                ),
+            ));
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Deserialize)]

@@ -16,7 +16,7 @@ use sha2::{Digest, Sha256};
 mod conformance;
 mod pack;
 
-use super::{RuntimeArgs, DEFAULT_PROVISIONER_NAME};
+use super::{RuntimeArgs, DEFAULT_NODE_PROVISIONER_NAME, DEFAULT_PROVISIONER_NAME};
 use crate::policy::PolicySet;
 use crate::provisioner::{ProvisionOptions, ProvisionState, PLUGIN_PARAMETER};
 use crate::runtime::{CacheOutcome, Runtime};
@@ -231,14 +231,17 @@ fn class_warnings(class: &StorageClass, file: &Path, plugin: &PluginFile) -> Vec
         )),
         Some(_) => {}
     }
-    if class.provisioner != DEFAULT_PROVISIONER_NAME {
+    if ![DEFAULT_PROVISIONER_NAME, DEFAULT_NODE_PROVISIONER_NAME]
+        .contains(&class.provisioner.as_str())
+    {
         let provisioner = &class.provisioner;
         warnings.push(format!(
             "StorageClass {class_name} ({file}) has provisioner {provisioner:?}, but the host \
-             serves {DEFAULT_PROVISIONER_NAME} unless run with --provisioner-name (or \
-             --extra-provisioner-names), and ignores other classes. Set provisioner: \
-             {DEFAULT_PROVISIONER_NAME}, or run the host with --provisioner-name {provisioner}; \
-             the volume made here records provisioned-by {provisioner}"
+             serves {DEFAULT_PROVISIONER_NAME} ({DEFAULT_NODE_PROVISIONER_NAME} with \
+             --node-name) unless run with --provisioner-name (or --extra-provisioner-names), \
+             and ignores other classes. Set provisioner: {DEFAULT_PROVISIONER_NAME}, or run the \
+             host with --provisioner-name {provisioner}; the volume made here records \
+             provisioned-by {provisioner}"
         ));
     }
     warnings
