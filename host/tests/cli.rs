@@ -841,3 +841,27 @@ fn run_refuses_an_adoption_of_volumes_it_would_never_own() {
         "{err}"
     );
 }
+
+#[test]
+fn run_in_node_mode_refuses_a_missing_node_name_or_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().display().to_string();
+    let policy = write(dir.path(), "policy.yaml", "plugins: {}\n");
+    for (args, want) in [
+        (
+            vec!["--node-name", "", "--policy", &policy],
+            "--node-name is empty: set it to the node this host runs on",
+        ),
+        (
+            vec!["--node-name", "n1"],
+            "--node-name without --policy: a node host serves the plugins the sandbox policy gives to nodes (runsOn: node)",
+        ),
+    ] {
+        let mut all = vec!["run", "--plugins-dir", &plugins];
+        all.extend(args);
+        let out = wasmprov(&all);
+        assert!(!out.status.success(), "{all:?} accepted");
+        let err = stderr(&out);
+        assert!(err.contains(want), "{all:?}: {err}");
+    }
+}

@@ -330,6 +330,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         check_lease_timings(&args)?;
     }
     let node_mode = args.node_name.is_some();
+    if args.node_name.as_deref() == Some("") {
+        anyhow::bail!(
+            "--node-name is empty: set it to the node this host runs on, from the pod's \
+             spec.nodeName (env NODE_NAME through the downward API)"
+        );
+    }
     if node_mode && args.runtime.policy.is_none() {
         anyhow::bail!(
             "--node-name without --policy: a node host serves the plugins the sandbox policy \

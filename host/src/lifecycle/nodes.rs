@@ -37,12 +37,6 @@ pub struct OwnNode {
 impl OwnNode {
     /// Looks the node up, so that volumes are pinned by its hostname label.
     pub async fn lookup(client: &Client, name: &str) -> anyhow::Result<Self> {
-        if name.is_empty() {
-            anyhow::bail!(
-                "--node-name is empty: set it to the node this host runs on, from the pod's \
-                 spec.nodeName (env NODE_NAME through the downward API, as deploy/node/ does)"
-            );
-        }
         let node = Api::<Node>::all(client.clone())
             .get_opt(name)
             .await

@@ -161,13 +161,19 @@ pub struct OutputPolicy {
     /// scheduler (a selected node) nor the class (`allowedTopologies`)
     /// says where it may be: a plugin that knows where its storage is.
     pub any_node_affinity: bool,
+    /// The granted paths are one filesystem that every node mounts at the
+    /// same place (NFS, CephFS): a `hostPath` there is the same storage
+    /// from any node, so a central host may make it on a cluster of several
+    /// nodes.
+    pub shared_filesystem: bool,
 }
 
 impl OutputPolicy {
     /// Whether the plugin may return storage on one node's filesystem
-    /// (`hostPath`, `local`): made on the node its host runs on.
+    /// (`hostPath`, `local`, unless the grants are a filesystem every node
+    /// shares): made on the node its host runs on.
     pub fn makes_node_local_volumes(&self) -> bool {
-        PATH_KINDS.iter().any(|k| self.sources.contains(*k))
+        PATH_KINDS.iter().any(|k| self.sources.contains(*k)) && !self.shared_filesystem
     }
 
     /// Whether the class parameter `key` is written on the volumes made.
@@ -194,6 +200,7 @@ impl Default for OutputPolicy {
             max_capacity_bytes: DEFAULT_MAX_CAPACITY,
             require_volume_name: true,
             any_node_affinity: false,
+            shared_filesystem: false,
         }
     }
 }
@@ -226,6 +233,8 @@ pub(super) struct OutputSpec {
     require_volume_name: Option<bool>,
     #[serde(default)]
     any_node_affinity: bool,
+    #[serde(default)]
+    shared_filesystem: bool,
 }
 
 impl OutputSpec {
@@ -258,6 +267,15 @@ impl OutputSpec {
                     "{kind} is not node-local storage, and {runs_on} is node: a node host makes \
                      only hostPath and local volumes, on its own node; serve this plugin centrally \
                      (remove runsOn) or grant only hostPath/local"
+                ),
+            ));
+        }
+        if self.shared_filesystem {
+            return Err((
+                format!("{field}.output.sharedFilesystem"),
+                format!(
+                    "{runs_on} is node, but the granted paths are a filesystem every node shares: \
+                     a central host serves such a plugin; remove one of the two"
                 ),
             ));
         }
@@ -387,6 +405,7 @@ impl OutputSpec {
         }
         policy.require_volume_name = self.require_volume_name.unwrap_or(true);
         policy.any_node_affinity = self.any_node_affinity;
+        policy.shared_filesystem = self.shared_filesystem;
         // In a pool, volumes have no recognisable name: each entry of the
         // grant may be one, so only the entries themselves are looked at.
         let depth = if policy.require_volume_name {

@@ -146,9 +146,10 @@ pub fn ok_preopen() -> Preopen {
 
 /// The output policy entry that lets the misbehave guest return its healthy
 /// volume (a hostPath under /tmp/ok, annotations under misbehave.test/), in
-/// policy-file YAML.
-pub const MISBEHAVE_OUTPUT: &str =
-    "{sources: [hostPath], paths: [/tmp/ok], annotationPrefixes: [misbehave.test/]}";
+/// policy-file YAML. The simulated nodes of a test share this machine's
+/// filesystem, so /tmp/ok is the same on every node.
+pub const MISBEHAVE_OUTPUT: &str = "{sources: [hostPath], paths: [/tmp/ok], \
+     annotationPrefixes: [misbehave.test/], sharedFilesystem: true}";
 
 /// [`MISBEHAVE_OUTPUT`], parsed.
 pub fn misbehave_output() -> OutputPolicy {

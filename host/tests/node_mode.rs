@@ -1,0 +1,391 @@
+//! Node mode: one host per node (`--node-name`), each serving the claims
+//! selected for its node and the volumes pinned to it, beside the others;
+//! and the central host's refusal to make node-local storage on a cluster
+//! of several nodes. The hosts here share this machine's filesystem; the
+//! real-node tests give each node its own.
+
+#[macro_use]
+mod support;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use support::*;
+use wasmprov::lifecycle::{self, OwnNode};
+use wasmprov::metrics::Metrics;
+use wasmprov::policy::{PolicySet, RunsOn};
+use wasmprov::registry::PluginRegistry;
+
+const NODE_PROVISIONER: &str = "node.wasmprov.io";
+const CENTRAL_PROVISIONER: &str = "wasmprov.io/host";
+const NODES: [&str; 2] = ["n1", "n2"];
+
+on_both_servers!(
+    each_node_host_serves_only_its_nodes_claims_and_volumes,
+    a_central_host_refuses_node_local_volumes_when_the_cluster_has_several_nodes,
+);
+
+/// A host serving `dir` with the hostpath plugin: on `node` (node mode,
+/// `runsOn: node`), or centrally.
+struct Host {
+    metrics: Arc<Metrics>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Host {
+    async fn start(client: Client, dir: &Path, node: Option<&str>) -> Self {
+        let (side, runs_on, provisioner) = match node {
+            Some(_) => (RunsOn::Node, "node", NODE_PROVISIONER),
+            None => (RunsOn::Central, "central", CENTRAL_PROVISIONER),
+        };
+        let policy = format!(
+            "plugins:\n  hostpath:\n    runsOn: {runs_on}\n    \
+             preopens: [{{host: {dir}, guest: /volumes, mode: read-write}}]\n    \
+             output: {{sources: [hostPath], paths: [{dir}]}}\n",
+            dir = dir.display()
+        );
+        let policies = PolicySet::parse_for(&policy, Path::new("policy.yaml"), side).unwrap();
+        let plugins = tempfile::tempdir().unwrap();
+        std::fs::copy(
+            rust_plugin_path("hostpath"),
+            plugins.path().join("hostpath.wasm"),
+        )
+        .unwrap();
+        let metrics = Arc::new(Metrics::default());
+        let runtime = wasmprov::runtime::Runtime::new(wasmprov::runtime::RuntimeConfig {
+            cache_dir: Some(workspace_root().join("target/test-compile-cache")),
+            ..Default::default()
+        })
+        .unwrap();
+        let registry = PluginRegistry::load_dir(
+            Arc::new(runtime),
+            plugins.path(),
+            &policies,
+            metrics.clone(),
+        )
+        .await
+        .unwrap();
+        let mut config = lifecycle::Config::new(provisioner);
+        if let Some(name) = node {
+            config.node = Some(OwnNode::lookup(&client, name).await.unwrap());
+        }
+        config.retry_base = Duration::from_millis(100);
+        config.max_retry = Duration::from_secs(1);
+        config.shutdown_grace = Duration::from_secs(2);
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let lifecycle =
+            lifecycle::run(client, Arc::new(registry), config, metrics.clone(), async {
+                let _ = rx.await;
+            });
+        Self {
+            metrics,
+            stop: Some(tx),
+            task: tokio::spawn(lifecycle),
+        }
+    }
+
+    /// Calls of the plugin's `call`, whatever their result.
+    fn plugin_calls(&self, call: &str) -> u64 {
+        let prefix = format!("wasmprov_plugin_calls_total{{plugin=\"hostpath\",call=\"{call}\",");
+        self.metrics
+            .encode()
+            .lines()
+            .filter(|l| l.starts_with(&prefix))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    }
+
+    async fn stop(mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        let _ = self.task.await;
+    }
+}
+
+async fn create_class(client: &Client, name: &str, provisioner: &str, dir: &Path, binding: &str) {
+    let class: StorageClass = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "provisioner": provisioner,
+        "volumeBindingMode": binding,
+        "parameters": {"plugin": "hostpath", "hostRoot": dir.display().to_string()},
+    }))
+    .unwrap();
+    Api::<StorageClass>::all(client.clone())
+        .create(&PostParams::default(), &class)
+        .await
+        .unwrap();
+}
+
+/// A claim of `class`; `node` is what the scheduler would have selected.
+async fn create_claim(client: &Client, name: &str, class: &str, node: Option<&str>) {
+    let mut claim: PersistentVolumeClaim = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"storageClassName": class, "accessModes": ["ReadWriteOnce"],
+                 "resources": {"requests": {"storage": "1Gi"}}},
+    }))
+    .unwrap();
+    if let Some(node) = node {
+        claim.metadata.annotations = Some(
+            [(
+                "volume.kubernetes.io/selected-node".to_owned(),
+                node.to_owned(),
+            )]
+            .into_iter()
+            .collect(),
+        );
+    }
+    Api::<PersistentVolumeClaim>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &claim)
+        .await
+        .unwrap();
+}
+
+async fn bound_volume(client: &Client, claim: &str) -> PersistentVolume {
+    let claims = Api::<PersistentVolumeClaim>::namespaced(client.clone(), "default");
+    let name = eventually(&format!("claim {claim} is Bound"), || async {
+        let c = claims.get(claim).await.ok()?;
+        (c.status?.phase? == "Bound").then_some(c.spec?.volume_name?)
+    })
+    .await;
+    Api::<PersistentVolume>::all(client.clone())
+        .get(&name)
+        .await
+        .unwrap()
+}
+
+/// The nodes a volume may be used on, as its affinity's terms say.
+fn pinned_to(pv: &PersistentVolume) -> Vec<serde_json::Value> {
+    let affinity = serde_json::to_value(&pv.spec.as_ref().unwrap().node_affinity).unwrap();
+    affinity["required"]["nodeSelectorTerms"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Two node hosts side by side: each provisions exactly the claims selected
+/// for its node, pins each volume to that node (the plugin returned no
+/// affinity), deletes only its own node's volumes, and sends no request
+/// about the other node's claims and volumes.
+async fn each_node_host_serves_only_its_nodes_claims_and_volumes(server: Server) {
+    let (api, admin) = TestApi::start(
+        server,
+        &NODES,
+        kube_sim::Config {
+            record_requests: true,
+            ..Default::default()
+        },
+        Default::default(),
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut hosts = Vec::new();
+    for node in NODES {
+        // On the simulator each host has a token of its own, so its
+        // requests can be told apart.
+        let client = match &api {
+            TestApi::Simulated(sim) => client_of(&sim.kubeconfig_with_token(node)).await,
+            TestApi::Real(_) => admin.clone(),
+        };
+        hosts.push(Host::start(client, dir.path(), Some(node)).await);
+    }
+    create_class(
+        &admin,
+        "local",
+        NODE_PROVISIONER,
+        dir.path(),
+        "WaitForFirstConsumer",
+    )
+    .await;
+    let claims: Vec<(String, &str)> = (0..6)
+        .map(|i| (format!("data-{i}"), NODES[i % 2]))
+        .collect();
+    for (claim, node) in &claims {
+        create_claim(&admin, claim, "local", Some(node)).await;
+    }
+    let mut volumes = Vec::new();
+    for (claim, node) in &claims {
+        let pv = bound_volume(&admin, claim).await;
+        assert_eq!(
+            pinned_to(&pv),
+            [serde_json::json!({"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]})],
+            "{claim}'s volume is pinned to {node}, and only to it"
+        );
+        assert_eq!(
+            pv.annotations()
+                .get("pv.kubernetes.io/provisioned-by")
+                .map(String::as_str),
+            Some(NODE_PROVISIONER)
+        );
+        volumes.push((pv.name_any(), *node));
+    }
+    for host in &hosts {
+        assert_eq!(
+            host.plugin_calls("provision"),
+            3,
+            "each host provisions its node's three claims, once each"
+        );
+    }
+    if let TestApi::Simulated(sim) = &api {
+        for (node, other) in [("n1", "n2"), ("n2", "n1")] {
+            let theirs: Vec<&str> = claims
+                .iter()
+                .filter(|(_, n)| *n == other)
+                .map(|(c, _)| c.as_str())
+                .chain(
+                    volumes
+                        .iter()
+                        .filter(|(_, n)| *n == other)
+                        .map(|(v, _)| v.as_str()),
+                )
+                .collect();
+            let touched: Vec<String> = sim
+                .requests()
+                .into_iter()
+                .filter(|r| r.user == node && theirs.contains(&r.name.as_str()))
+                .map(|r| format!("{} {} {}", r.verb, r.resource, r.name))
+                .collect();
+            assert!(
+                touched.is_empty(),
+                "host {node} sent requests about {other}'s claims and volumes: {touched:?}"
+            );
+        }
+    }
+
+    let claims_api = Api::<PersistentVolumeClaim>::namespaced(admin.clone(), "default");
+    for (claim, _) in &claims {
+        claims_api
+            .delete(claim, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    let volumes_api = Api::<PersistentVolume>::all(admin.clone());
+    eventually("every volume is reclaimed", || async {
+        volumes_api
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "every directory is removed"
+    );
+    for host in hosts {
+        assert_eq!(
+            host.plugin_calls("delete"),
+            3,
+            "each host deletes its node's three volumes and no other"
+        );
+        host.stop().await;
+    }
+}
+
+/// A central host serving a plugin that makes hostPath volumes would make
+/// them on its own node: with two nodes, it refuses and says what to do,
+/// and makes nothing.
+async fn a_central_host_refuses_node_local_volumes_when_the_cluster_has_several_nodes(
+    server: Server,
+) {
+    let (_api, admin) =
+        TestApi::start(server, &NODES, Default::default(), Default::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let host = Host::start(admin.clone(), dir.path(), None).await;
+    create_class(
+        &admin,
+        "shared",
+        CENTRAL_PROVISIONER,
+        dir.path(),
+        "Immediate",
+    )
+    .await;
+    create_claim(&admin, "data", "shared", None).await;
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(admin.clone(), "default");
+    let message = eventually("the claim is refused with a Warning", || async {
+        events
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .filter(|e| e.involved_object.name.as_deref() == Some("data"))
+            .filter(|e| e.reason.as_deref() == Some("ProvisioningFailed"))
+            .find_map(|e| e.message)
+    })
+    .await;
+    assert!(
+        message.contains("plugin hostpath (StorageClass shared) makes hostPath/local volumes")
+            && message.contains("more than one node")
+            && message.contains("runsOn: node"),
+        "{message}"
+    );
+    assert_eq!(host.plugin_calls("provision"), 0, "no storage was made");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    assert!(Api::<PersistentVolume>::all(admin.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .is_empty());
+    host.stop().await;
+}
+
+async fn client_of(kubeconfig: &str) -> Client {
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(kubeconfig).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    Client::try_from(config).unwrap()
+}
+
+/// `--node-name` naming no Node (a typo, or a value not from the downward
+/// API) stops the host at start, saying so, before any plugin loads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_host_for_a_node_that_does_not_exist_stops_with_the_fix() {
+    let (api, _admin) = TestApi::start(
+        Server::Simulated,
+        &NODES,
+        Default::default(),
+        Default::default(),
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, api.kubeconfig()).unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(&policy, "plugins: {}\n").unwrap();
+    let mut run = std::process::Command::new(env!("CARGO_BIN_EXE_wasmprov"));
+    run.args([
+        "run",
+        "--leader-election=false",
+        "--metrics-address",
+        "127.0.0.1:0",
+    ])
+    .arg("--kubeconfig")
+    .arg(&kubeconfig)
+    .arg("--plugins-dir")
+    .arg(dir.path())
+    .arg("--policy")
+    .arg(&policy)
+    .args(["--node-name", "n9"]);
+    let out = tokio::task::spawn_blocking(move || run.output().unwrap())
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("--node-name n9: there is no Node named n9; pass the pod's spec.nodeName"),
+        "{err}"
+    );
+}
