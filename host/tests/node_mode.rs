@@ -58,19 +58,10 @@ impl Host {
         )
         .unwrap();
         let metrics = Arc::new(Metrics::default());
-        let runtime = wasmprov::runtime::Runtime::new(wasmprov::runtime::RuntimeConfig {
-            cache_dir: Some(workspace_root().join("target/test-compile-cache")),
-            ..Default::default()
-        })
-        .unwrap();
-        let registry = PluginRegistry::load_dir(
-            Arc::new(runtime),
-            plugins.path(),
-            &policies,
-            metrics.clone(),
-        )
-        .await
-        .unwrap();
+        let registry =
+            PluginRegistry::load_dir(cached_runtime(), plugins.path(), &policies, metrics.clone())
+                .await
+                .unwrap();
         let mut config = lifecycle::Config::new(provisioner);
         if let Some(name) = node {
             config.node = Some(OwnNode::lookup(&client, name).await.unwrap());
@@ -341,6 +332,15 @@ async fn a_central_host_refuses_node_local_volumes_when_the_cluster_has_several_
     host.stop().await;
 }
 
+/// A runtime with the tests' compile cache.
+fn cached_runtime() -> Arc<wasmprov::runtime::Runtime> {
+    let config = wasmprov::runtime::RuntimeConfig {
+        cache_dir: Some(workspace_root().join("target/test-compile-cache")),
+        ..Default::default()
+    };
+    Arc::new(wasmprov::runtime::Runtime::new(config).unwrap())
+}
+
 async fn client_of(kubeconfig: &str) -> Client {
     let kubeconfig = kube::config::Kubeconfig::from_yaml(kubeconfig).unwrap();
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
@@ -388,4 +388,50 @@ async fn a_node_host_for_a_node_that_does_not_exist_stops_with_the_fix() {
         err.contains("--node-name n9: there is no Node named n9; pass the pod's spec.nodeName"),
         "{err}"
     );
+}
+
+/// One policy file serves both sides: each host loads only its side's
+/// plugins, and a claim reaching the wrong side is told which side serves
+/// its plugin.
+#[tokio::test]
+async fn each_side_loads_only_the_plugins_the_policy_gives_it() {
+    use wasmprov::provisioner::Provisioner;
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = tempfile::tempdir().unwrap();
+    for name in ["hostpath", "shared"] {
+        std::fs::copy(
+            rust_plugin_path("hostpath"),
+            plugins.path().join(format!("{name}.wasm")),
+        )
+        .unwrap();
+    }
+    let policy = format!(
+        "plugins:\n  hostpath:\n    runsOn: node\n    \
+         preopens: [{{host: {dir}, guest: /volumes, mode: read-write}}]\n    \
+         output: {{sources: [hostPath], paths: [{dir}]}}\n",
+        dir = dir.path().display()
+    );
+    for (side, serves, not_here, why) in [
+        (
+            RunsOn::Central,
+            "shared",
+            "hostpath",
+            "plugin hostpath is served by node hosts (runsOn: node) as the sandbox policy says",
+        ),
+        (
+            RunsOn::Node,
+            "hostpath",
+            "shared",
+            "plugin shared has no entry with runsOn: node in the sandbox policy",
+        ),
+    ] {
+        let policies = PolicySet::parse_for(&policy, Path::new("policy.yaml"), side).unwrap();
+        let registry =
+            PluginRegistry::load_dir(cached_runtime(), plugins.path(), &policies, Arc::default())
+                .await
+                .unwrap();
+        assert!(registry.plugin(serves).is_ok(), "{side:?} serves {serves}");
+        let refusal = registry.plugin(not_here).unwrap_err();
+        assert!(refusal.contains(why), "{side:?}: {refusal}");
+    }
 }

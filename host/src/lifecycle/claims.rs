@@ -324,17 +324,7 @@ async fn provision<P: Provisioner>(
     ctx.in_progress.forget(&uid);
     if let Some(own) = &ctx.config.node {
         if let Err(refusal) = nodes::pin(&mut pv, own, plugin) {
-            return discard(
-                claim,
-                &claim_now,
-                plugin,
-                &pv,
-                &opts,
-                "was refused",
-                refusal,
-                ctx,
-            )
-            .await;
+            return discard(&claim_now, plugin, &pv, &opts, "was refused", refusal, ctx).await;
         }
     }
     // Only a volume reclaimed by deletion has storage to guard.
@@ -374,7 +364,6 @@ async fn provision<P: Provisioner>(
         Err(save_error) => {
             let message = format!("failed to save PersistentVolume {pv_name}: {save_error}");
             discard(
-                claim,
                 &claim_now,
                 plugin,
                 &pv,
@@ -391,9 +380,7 @@ async fn provision<P: Provisioner>(
 /// The storage of a volume that will not be saved (it could not be, or it
 /// was refused) would never be found again: remove it, with the retries of
 /// the save (the Go library's backoffStore), and report why it went.
-#[allow(clippy::too_many_arguments)]
 async fn discard<P: Provisioner>(
-    claim: &PersistentVolumeClaim,
     claim_now: &PersistentVolumeClaim,
     plugin: &str,
     pv: &PersistentVolume,
@@ -402,10 +389,10 @@ async fn discard<P: Provisioner>(
     message: String,
     ctx: &Context<P>,
 ) -> Result<Action, Error> {
-    let reference = claim.object_ref(&());
+    let reference = opts.claim.object_ref(&());
     ctx.metrics
         .provision_failed_total
-        .get_or_create(&Metrics::provision_labels(claim))
+        .get_or_create(&Metrics::provision_labels(&opts.claim))
         .inc();
     let with_class = crate::provisioner::with_class_parameters(pv, Some(&opts.class));
     match clean_up(plugin, &with_class, ctx).await {

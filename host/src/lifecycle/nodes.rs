@@ -164,8 +164,8 @@ pub fn is_node_local(pv: &PersistentVolume) -> bool {
 const NODE_COUNT_TTL: Duration = Duration::from_secs(30);
 
 /// Whether the cluster has more than one node, for the central guard: read
-/// (one small list) at most every [`NODE_COUNT_TTL`], and only by a central
-/// host asked to make node-local storage.
+/// (a list of at most two nodes) at most every [`NODE_COUNT_TTL`], and only
+/// by a central host asked to make node-local storage.
 #[derive(Default)]
 pub struct NodeCount {
     last: tokio::sync::Mutex<Option<(Instant, bool)>>,
@@ -180,7 +180,7 @@ impl NodeCount {
             }
         }
         let page = Api::<Node>::all(client.clone())
-            .list_metadata(&ListParams::default().limit(2))
+            .list(&ListParams::default().limit(2))
             .await?;
         let many = page.items.len() > 1;
         *last = Some((Instant::now(), many));
