@@ -32,6 +32,11 @@ pub struct LeaseConfig {
     pub retry_period: Duration,
     /// The leader gives up if it could not renew for this long.
     pub renew_deadline: Duration,
+    /// Stop waiting, with [`LeaseError::HeldElsewhere`], once another
+    /// replica has kept the lease (renewing it) this long: for a lease
+    /// only one replica should ever want, such as a node host's. `None`:
+    /// wait as a standby for ever.
+    pub standby_limit: Option<Duration>,
 }
 
 impl LeaseConfig {
@@ -44,6 +49,7 @@ impl LeaseConfig {
             lease_duration: Duration::from_secs(15),
             renew_deadline: Duration::from_secs(10),
             retry_period: Duration::from_secs(2),
+            standby_limit: None,
         }
     }
 }
@@ -69,25 +75,40 @@ pub fn node_lease_name(provisioner: &str, node: &str) -> String {
     format!("{}.node-{hex}", lease_name(provisioner))
 }
 
+/// Why [`run_as_leader`] stopped without its work finishing.
 #[derive(Debug, thiserror::Error)]
-#[error("lost the leader lease {namespace}/{name}: not renewed within {deadline:?}")]
-pub struct LostLease {
-    namespace: String,
-    name: String,
-    deadline: Duration,
+pub enum LeaseError {
+    #[error("lost the leader lease {namespace}/{name}: not renewed within {deadline:?}")]
+    Lost {
+        namespace: String,
+        name: String,
+        deadline: Duration,
+    },
+    #[error(
+        "the lease {namespace}/{name} is held by {holder}, which kept renewing it for {waited:?}: \
+         another replica does this work"
+    )]
+    HeldElsewhere {
+        namespace: String,
+        name: String,
+        holder: String,
+        waited: Duration,
+    },
 }
 
 /// Waits until this replica holds the lease, then runs `work` while renewing
-/// it. Returns `work`'s output, or [`LostLease`] if the lease was lost (the
-/// work is then stopped). `on_leader` is told when leadership starts and ends.
+/// it. Returns `work`'s output, or [`LeaseError::Lost`] if the lease was
+/// lost (the work is then stopped), or [`LeaseError::HeldElsewhere`] past
+/// the standby limit. `on_leader` is told when leadership starts and ends.
 pub async fn run_as_leader<T>(
     client: Client,
     config: LeaseConfig,
     on_leader: impl Fn(bool),
     work: impl Future<Output = T>,
-) -> Result<T, LostLease> {
+) -> Result<T, LeaseError> {
     let leases: Api<Lease> = Api::namespaced(client, &config.namespace);
     let mut observed = Observed::default();
+    let waiting = Instant::now();
     loop {
         // Bounded, so a request that never returns cannot stall a candidate.
         let attempt = tokio::time::timeout(
@@ -97,7 +118,24 @@ pub async fn run_as_leader<T>(
         .await;
         match attempt {
             Ok(Ok(Attempt::Held)) => break,
-            Ok(Ok(Attempt::HeldByOther | Attempt::Conflict)) => {}
+            Ok(Ok(Attempt::HeldByOther)) => {
+                if let Some(limit) = config.standby_limit {
+                    if waiting.elapsed() >= limit {
+                        let holder = observed
+                            .record
+                            .as_ref()
+                            .and_then(|r| r.holder_identity.clone())
+                            .unwrap_or_default();
+                        return Err(LeaseError::HeldElsewhere {
+                            namespace: config.namespace.clone(),
+                            name: config.name.clone(),
+                            holder,
+                            waited: waiting.elapsed(),
+                        });
+                    }
+                }
+            }
+            Ok(Ok(Attempt::Conflict)) => {}
             Ok(Err(e)) => {
                 tracing::warn!(lease = %config.name, error = %e, "cannot read or write the leader lease")
             }
@@ -146,7 +184,7 @@ pub async fn run_as_leader<T>(
     };
     let outcome = tokio::select! {
         out = work => Ok(out),
-        () = renew => Err(LostLease {
+        () = renew => Err(LeaseError::Lost {
             namespace: config.namespace.clone(),
             name: config.name.clone(),
             deadline: config.renew_deadline,

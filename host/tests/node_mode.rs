@@ -349,6 +349,80 @@ async fn client_of(kubeconfig: &str) -> Client {
     Client::try_from(config).unwrap()
 }
 
+/// `wasmprov run --node-name NODE` against `api`, with short lease timings
+/// and no plugin.
+fn node_host_command(api: &TestApi, dir: &Path, node: &str) -> std::process::Command {
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(&kubeconfig, api.kubeconfig()).unwrap();
+    let policy = dir.join("policy.yaml");
+    std::fs::write(&policy, "plugins: {}\n").unwrap();
+    let mut run = std::process::Command::new(env!("CARGO_BIN_EXE_wasmprov"));
+    run.args(["run", "--metrics-address", "127.0.0.1:0"])
+        .args(["--leader-election-lease-duration", "2s"])
+        .args(["--leader-election-renew-deadline", "1500ms"])
+        .args(["--leader-election-retry-period", "200ms"])
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .arg("--plugins-dir")
+        .arg(dir)
+        .arg("--policy")
+        .arg(&policy)
+        .args(["--node-name", node])
+        .env("POD_NAMESPACE", "default");
+    run
+}
+
+/// A second host started for a node another host serves (two DaemonSets,
+/// a copy run by hand) stops, naming the node and the holder, once the
+/// first has kept its node's Lease for twice the lease duration; the
+/// first keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_host_for_the_same_node_stops_and_says_who_serves_it() {
+    let (api, admin) = TestApi::start(
+        Server::Simulated,
+        &NODES,
+        Default::default(),
+        Default::default(),
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut first = node_host_command(&api, dir.path(), "n1")
+        .env("POD_NAME", "first")
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(admin, "default");
+    eventually("the first host holds n1's Lease", || async {
+        let lease = leases.get_opt("node.wasmprov.io.n1").await.ok()??;
+        (lease.spec?.holder_identity? == "first").then_some(())
+    })
+    .await;
+    let mut second = node_host_command(&api, dir.path(), "n1");
+    second.env("POD_NAME", "second");
+    let started = std::time::Instant::now();
+    let out = tokio::task::spawn_blocking(move || second.output().unwrap())
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("another wasmprov host already serves node n1")
+            && err.contains("held by first"),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        first.try_wait().unwrap().is_none(),
+        "the first host keeps serving"
+    );
+    let _ = first.kill();
+    let _ = first.wait();
+}
+
 /// `--node-name` naming no Node (a typo, or a value not from the downward
 /// API) stops the host at start, saying so, before any plugin loads.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -361,24 +435,7 @@ async fn a_node_host_for_a_node_that_does_not_exist_stops_with_the_fix() {
     )
     .await;
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, api.kubeconfig()).unwrap();
-    let policy = dir.path().join("policy.yaml");
-    std::fs::write(&policy, "plugins: {}\n").unwrap();
-    let mut run = std::process::Command::new(env!("CARGO_BIN_EXE_wasmprov"));
-    run.args([
-        "run",
-        "--leader-election=false",
-        "--metrics-address",
-        "127.0.0.1:0",
-    ])
-    .arg("--kubeconfig")
-    .arg(&kubeconfig)
-    .arg("--plugins-dir")
-    .arg(dir.path())
-    .arg("--policy")
-    .arg(&policy)
-    .args(["--node-name", "n9"]);
+    let mut run = node_host_command(&api, dir.path(), "n9");
     let out = tokio::task::spawn_blocking(move || run.output().unwrap())
         .await
         .unwrap();

@@ -448,6 +448,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         lease.lease_duration = args.leader_election_lease_duration;
         lease.renew_deadline = args.leader_election_renew_deadline;
         lease.retry_period = args.leader_election_retry_period;
+        if config.node.is_some() {
+            // A live holder renews its Lease within the lease duration, an
+            // earlier pod of this host lets it expire: held and renewed for
+            // twice that long, it is another host serving this node.
+            lease.standby_limit = Some(lease.lease_duration * 2);
+        }
         let metrics = ops.metrics.clone();
         leader::run_as_leader(
             election_client,
@@ -458,7 +464,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             lifecycle,
         )
         .await
-        .map_err(|e| anyhow::anyhow!(e).context("stopping: another replica may take over"))
+        .map_err(|e| match (&e, &config.node) {
+            (leader::LeaseError::HeldElsewhere { .. }, Some(node)) => {
+                anyhow::anyhow!(e).context(format!(
+                    "another wasmprov host already serves node {}: one host per node (stop the \
+                     other one, e.g. a second DaemonSet of the same provisioner name)",
+                    node.name
+                ))
+            }
+            _ => anyhow::anyhow!(e).context("stopping: another replica may take over"),
+        })
     };
     tokio::select! {
         r = work => r,
