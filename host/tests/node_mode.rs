@@ -28,18 +28,26 @@ const NODES: [&str; 2] = ["n1", "n2"];
 on_both_servers!(
     each_node_host_serves_only_its_nodes_claims_and_volumes,
     a_central_host_refuses_node_local_volumes_when_the_cluster_has_several_nodes,
+    the_janitor_alone_warns_once_about_an_immediate_claim_of_a_node_class,
+    the_janitor_asks_the_scheduler_again_when_the_selected_node_is_gone,
 );
 
 /// A host serving `dir` with the hostpath plugin: on `node` (node mode,
 /// `runsOn: node`), or centrally.
 struct Host {
     metrics: Arc<Metrics>,
+    /// Whether it is the node hosts' janitor (as if elected).
+    janitor: tokio::sync::watch::Sender<bool>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Host {
     async fn start(client: Client, dir: &Path, node: Option<&str>) -> Self {
+        Self::start_janitor(client, dir, node, false).await
+    }
+
+    async fn start_janitor(client: Client, dir: &Path, node: Option<&str>, janitor: bool) -> Self {
         let (side, runs_on, provisioner) = match node {
             Some(_) => (RunsOn::Node, "node", NODE_PROVISIONER),
             None => (RunsOn::Central, "central", CENTRAL_PROVISIONER),
@@ -66,6 +74,8 @@ impl Host {
         if let Some(name) = node {
             config.node = Some(OwnNode::lookup(&client, name).await.unwrap());
         }
+        let (janitor, elected) = tokio::sync::watch::channel(janitor);
+        config.janitor = Some(elected);
         config.retry_base = Duration::from_millis(100);
         config.max_retry = Duration::from_secs(1);
         config.shutdown_grace = Duration::from_secs(2);
@@ -76,6 +86,7 @@ impl Host {
             });
         Self {
             metrics,
+            janitor,
             stop: Some(tx),
             task: tokio::spawn(lifecycle),
         }
@@ -341,6 +352,141 @@ fn cached_runtime() -> Arc<wasmprov::runtime::Runtime> {
     Arc::new(wasmprov::runtime::Runtime::new(config).unwrap())
 }
 
+/// Two node hosts on `server`, `janitor` the janitor (as if elected).
+async fn two_node_hosts(
+    server: Server,
+    janitor: Option<&str>,
+) -> (TestApi, Client, tempfile::TempDir, Vec<Host>) {
+    let (api, admin) = TestApi::start(server, &NODES, Default::default(), Default::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut hosts = Vec::new();
+    for node in NODES {
+        let elected = janitor == Some(node);
+        hosts.push(Host::start_janitor(admin.clone(), dir.path(), Some(node), elected).await);
+    }
+    (api, admin, dir, hosts)
+}
+
+/// The Warnings `reason` on claim `claim`, with their counts.
+async fn warnings(client: &Client, claim: &str) -> Vec<(String, i32)> {
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), "default");
+    events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.involved_object.name.as_deref() == Some(claim))
+        .filter(|e| e.type_.as_deref() == Some("Warning"))
+        .map(|e| (e.message.unwrap_or_default(), e.count.unwrap_or(1)))
+        .collect()
+}
+
+/// A claim of a node class that binds Immediately has no selected node, so
+/// no node host takes it: the janitor says why on the claim, once, and no
+/// other host says anything.
+async fn the_janitor_alone_warns_once_about_an_immediate_claim_of_a_node_class(server: Server) {
+    let (_api, admin, dir, hosts) = two_node_hosts(server, Some("n1")).await;
+    create_class(&admin, "now", NODE_PROVISIONER, dir.path(), "Immediate").await;
+    create_claim(&admin, "data", "now", None).await;
+    let message = eventually("the janitor's Warning", || async {
+        warnings(&admin, "data").await.into_iter().next()
+    })
+    .await;
+    assert!(
+        message.0.contains("StorageClass now binds Immediately")
+            && message
+                .0
+                .contains("volumeBindingMode: WaitForFirstConsumer"),
+        "{message:?}"
+    );
+    // Nothing more: a claim change (a label) wakes every host again.
+    let claims = Api::<PersistentVolumeClaim>::namespaced(admin.clone(), "default");
+    let label = serde_json::json!({"metadata": {"labels": {"touched": "yes"}}});
+    claims
+        .patch(
+            "data",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&label),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        warnings(&admin, "data").await,
+        [(message.0.clone(), 1)],
+        "one Warning, once"
+    );
+    for host in &hosts {
+        assert_eq!(host.plugin_calls("provision"), 0);
+    }
+    for host in hosts {
+        host.stop().await;
+    }
+}
+
+/// The scheduler keeps a claim on its selected node until someone clears
+/// it: when that node is gone, no node host can, so the janitor does (as
+/// soon as one is elected), with a Warning, and the claim is provisioned on
+/// the node chosen next.
+async fn the_janitor_asks_the_scheduler_again_when_the_selected_node_is_gone(server: Server) {
+    let (_api, admin, dir, hosts) = two_node_hosts(server, None).await;
+    create_class(
+        &admin,
+        "local",
+        NODE_PROVISIONER,
+        dir.path(),
+        "WaitForFirstConsumer",
+    )
+    .await;
+    create_claim(&admin, "data", "local", Some("gone-node")).await;
+    let claims = Api::<PersistentVolumeClaim>::namespaced(admin.clone(), "default");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let claim = claims.get("data").await.unwrap();
+    assert_eq!(
+        claim.annotations()["volume.kubernetes.io/selected-node"],
+        "gone-node",
+        "no janitor yet: node hosts leave other nodes' claims alone"
+    );
+    assert!(warnings(&admin, "data").await.is_empty());
+    hosts[0].janitor.send_replace(true);
+    eventually("the selected node is cleared", || async {
+        let claim = claims.get("data").await.ok()?;
+        (!claim
+            .annotations()
+            .contains_key("volume.kubernetes.io/selected-node"))
+        .then_some(())
+    })
+    .await;
+    let said = warnings(&admin, "data").await;
+    assert!(
+        said.iter()
+            .any(|(m, _)| m.contains("the selected node gone-node does not exist")),
+        "{said:?}"
+    );
+    // The scheduler's next choice.
+    let next = serde_json::json!({"metadata": {"annotations": {"volume.kubernetes.io/selected-node": "n2"}}});
+    claims
+        .patch(
+            "data",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&next),
+        )
+        .await
+        .unwrap();
+    let pv = bound_volume(&admin, "data").await;
+    assert_eq!(
+        pinned_to(&pv),
+        [serde_json::json!({"matchExpressions": [
+            {"key": "kubernetes.io/hostname", "operator": "In", "values": ["n2"]}]})]
+    );
+    assert_eq!(hosts[1].plugin_calls("provision"), 1);
+    assert_eq!(hosts[0].plugin_calls("provision"), 0);
+    for host in hosts {
+        host.stop().await;
+    }
+}
+
 async fn client_of(kubeconfig: &str) -> Client {
     let kubeconfig = kube::config::Kubeconfig::from_yaml(kubeconfig).unwrap();
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
@@ -418,6 +564,12 @@ async fn a_second_host_for_the_same_node_stops_and_says_who_serves_it() {
     assert!(
         first.try_wait().unwrap().is_none(),
         "the first host keeps serving"
+    );
+    let janitor = leases.get("node.wasmprov.io-janitor").await.unwrap();
+    assert_eq!(
+        janitor.spec.unwrap().holder_identity.as_deref(),
+        Some("first"),
+        "the one node host is the node hosts' janitor"
     );
     let _ = first.kill();
     let _ = first.wait();

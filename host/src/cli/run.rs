@@ -420,6 +420,21 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         Box::new(move || registry.notes())
     });
     ops.set_ready(true);
+    // Node hosts elect one of them janitor, for the claims no node host
+    // takes (a gone selected node, a class binding Immediately).
+    let mut janitor = None;
+    if config.node.is_some() && !args.leader_election {
+        tracing::warn!("--leader-election=false: the node hosts elect no janitor, so claims selected for a node that is gone, and Immediate claims of node classes, are left as they are");
+    }
+    if config.node.is_some() && args.leader_election {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        config.janitor = Some(rx);
+        let lease = lease_config(
+            &args,
+            &format!("{}-janitor", leader::lease_name(&config.names.primary)),
+        );
+        janitor = Some(elect_janitor(election_client.clone(), lease, tx));
+    }
     let lifecycle = lifecycle::run(
         client.clone(),
         registry,
@@ -433,21 +448,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             lifecycle.await;
             return Ok(());
         }
-        let namespace = args
-            .leader_election_namespace
-            .clone()
-            .unwrap_or_else(pod_namespace);
-        let identity = args.identity.clone().unwrap_or_else(default_identity);
         // Node hosts work side by side, one per node: each holds its node's
         // Lease, so two hosts never serve one node at once.
         let lease_name = match &config.node {
             Some(node) => leader::node_lease_name(&config.names.primary, &node.name),
             None => leader::lease_name(&config.names.primary),
         };
-        let mut lease = LeaseConfig::new(&namespace, &lease_name, &identity);
-        lease.lease_duration = args.leader_election_lease_duration;
-        lease.renew_deadline = args.leader_election_renew_deadline;
-        lease.retry_period = args.leader_election_retry_period;
+        let mut lease = lease_config(&args, &lease_name);
         if config.node.is_some() {
             // A live holder renews its Lease within the lease duration, an
             // earlier pod of this host lets it expire: held and renewed for
@@ -475,12 +482,57 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             _ => anyhow::anyhow!(e).context("stopping: another replica may take over"),
         })
     };
+    let janitor = async {
+        match janitor {
+            Some(task) => task.await,
+            None => std::future::pending().await,
+        }
+    };
     tokio::select! {
         r = work => r,
+        () = janitor => Ok(()),
         r = server => match r {
             Ok(Err(e)) => Err(anyhow::anyhow!(e).context(format!("cannot serve metrics on {}", args.metrics_address))),
             _ => Ok(()),
         },
+    }
+}
+
+/// The Lease `name` with the election flags' namespace, identity and timings.
+fn lease_config(args: &RunArgs, name: &str) -> LeaseConfig {
+    let namespace = args
+        .leader_election_namespace
+        .clone()
+        .unwrap_or_else(pod_namespace);
+    let identity = args.identity.clone().unwrap_or_else(default_identity);
+    let mut lease = LeaseConfig::new(&namespace, name, &identity);
+    lease.lease_duration = args.leader_election_lease_duration;
+    lease.renew_deadline = args.leader_election_renew_deadline;
+    lease.retry_period = args.leader_election_retry_period;
+    lease
+}
+
+/// Campaigns for the janitor's Lease for ever, telling `janitor` while this
+/// host holds it; losing it only means campaigning again.
+async fn elect_janitor(
+    client: kube::Client,
+    lease: LeaseConfig,
+    janitor: tokio::sync::watch::Sender<bool>,
+) {
+    loop {
+        let held = leader::run_as_leader(
+            client.clone(),
+            lease.clone(),
+            |j| {
+                janitor.send_replace(j);
+            },
+            std::future::pending::<()>(),
+        )
+        .await;
+        if let Err(e) = held {
+            tracing::warn!(error = %e, "no longer the node hosts' janitor; campaigning again");
+        }
+        tokio::time::sleep(lease.retry_period).await;
     }
 }
 

@@ -15,6 +15,7 @@ use kube::{Api, Resource, ResourceExt};
 use super::decide::{self, keys, ClaimDecision};
 use super::finalizers;
 use super::in_progress::{self, Finish};
+use super::janitor;
 use super::nodes;
 use super::reasons::*;
 use super::resize;
@@ -37,11 +38,16 @@ pub(super) async fn reconcile<P: Provisioner>(
     ctx: Arc<Context<P>>,
 ) -> Result<Action, Error> {
     let class_name = decide::claim_class(&claim).to_owned();
-    // Another provisioner's claim, or (node mode) another node's: nothing
-    // to do, and no request.
-    if !decide::is_ours(&claim, &ctx.config.names)
-        || !nodes::claim_is_here(&claim, ctx.config.node.as_ref())
-    {
+    // Another provisioner's claim: nothing to do, and no request.
+    if !decide::is_ours(&claim, &ctx.config.names) {
+        return Ok(Action::await_change());
+    }
+    // Node mode: another node's claim is its host's, and costs no request,
+    // but for the elected janitor's checks.
+    if !nodes::claim_is_here(&claim, ctx.config.node.as_ref()) {
+        if ctx.is_janitor() {
+            return janitor::claim(&claim, &ctx).await;
+        }
         return Ok(Action::await_change());
     }
     let class = ctx.classes.get(&ObjectRef::new(&class_name));
@@ -625,7 +631,10 @@ async fn release_or_log<P>(claim: &PersistentVolumeClaim, ctx: &Context<P>) {
 /// the node this claim was provisioned for, unless the scheduler has chosen
 /// again meanwhile (the patch tests the value first; its new choice gets a
 /// reconcile of its own).
-async fn unselect_node<P>(claim: &PersistentVolumeClaim, ctx: &Context<P>) -> Result<(), Error> {
+pub(super) async fn unselect_node<P>(
+    claim: &PersistentVolumeClaim,
+    ctx: &Context<P>,
+) -> Result<(), Error> {
     let Some(node) = decide::selected_node(claim) else {
         return Ok(());
     };

@@ -12,6 +12,7 @@ pub mod decide;
 mod finalizer_conflicts;
 mod finalizers;
 mod in_progress;
+mod janitor;
 pub mod nodes;
 mod reasons;
 pub mod resize;
@@ -49,6 +50,10 @@ pub struct Config {
     /// selected for it, volumes pinned to it). `None`: a central host,
     /// serving claims whatever their node.
     pub node: Option<OwnNode>,
+    /// Node mode: `true` while this host is the node hosts' elected
+    /// janitor, which looks after the claims no node host takes (a gone
+    /// selected node, a class binding Immediately). `None`: never.
+    pub janitor: Option<tokio::sync::watch::Receiver<bool>>,
     /// For volumes a replaced provisioner made under one of our names whose
     /// own class names no plugin: that provisioner name → the StorageClass
     /// whose plugin and parameters delete them (`--adopt-volumes`).
@@ -95,6 +100,7 @@ impl Config {
                 additional: Vec::new(),
             },
             node: None,
+            janitor: None,
             adopt_volumes: Default::default(),
             workers: 4,
             add_finalizer: false,
@@ -153,6 +159,15 @@ struct Context<P> {
     class_missing_since: Mutex<HashMap<String, std::time::Instant>>,
     /// Whether the cluster has more than one node (central guard).
     node_count: nodes::NodeCount,
+    /// Claims (uid) the janitor has warned about: once each.
+    janitor_warned: Mutex<std::collections::HashSet<String>>,
+}
+
+impl<P> Context<P> {
+    /// Whether this host is the node hosts' janitor now.
+    fn is_janitor(&self) -> bool {
+        self.config.janitor.as_ref().is_some_and(|rx| *rx.borrow())
+    }
 }
 
 /// The failures of one claim or volume.
@@ -338,6 +353,7 @@ pub async fn run<P: Provisioner>(
         resize_final_errors: Mutex::default(),
         class_missing_since: Mutex::default(),
         node_count: Default::default(),
+        janitor_warned: Mutex::default(),
         finalizer_conflicts: Default::default(),
         resyncs: resyncs.clone(),
         config: config.clone(),
@@ -375,6 +391,8 @@ pub async fn run<P: Provisioner>(
         )
         .reconcile_all_on(each_change(resyncs.clone()))
         .reconcile_all_on(on_plugin_change(ctx.provisioner.plugins_changed()))
+        // Elected janitor: look at every claim (from the cache).
+        .reconcile_all_on(on_janitor_change(config.janitor.clone()))
         .with_config(controller_config.clone())
         .graceful_shutdown_on(stopped(stop_rx.clone()))
         .run(claims::reconcile, claims::error_policy, ctx.clone())
@@ -439,6 +457,23 @@ fn on_plugin_change(
     }
 }
 
+/// One item each time this host becomes the janitor.
+fn on_janitor_change(
+    janitor: Option<tokio::sync::watch::Receiver<bool>>,
+) -> impl futures::Stream<Item = ()> + Send + 'static {
+    let Some(rx) = janitor else {
+        return futures::stream::empty().right_stream();
+    };
+    futures::stream::unfold((rx, false), |(mut rx, was_janitor)| async move {
+        if was_janitor {
+            rx.wait_for(|j| !*j).await.ok()?;
+        }
+        rx.wait_for(|j| *j).await.ok()?;
+        Some(((), (rx, true)))
+    })
+    .left_stream()
+}
+
 /// One item per change of `resyncs` (a resync, or another counter).
 fn each_change(
     resyncs: tokio::sync::watch::Receiver<u64>,
@@ -477,6 +512,7 @@ mod tests {
             resize_final_errors: Mutex::default(),
             class_missing_since: Mutex::default(),
             node_count: Default::default(),
+            janitor_warned: Mutex::default(),
             finalizer_conflicts: Default::default(),
             resyncs: tokio::sync::watch::channel(0).1,
         }
