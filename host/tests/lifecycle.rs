@@ -1549,17 +1549,6 @@ async fn the_host_keeps_to_its_api_request_rate() {
     );
 }
 
-/// Plugin calls of `plugin` and `call`, whatever their result.
-fn plugin_calls(metrics: &Metrics, plugin: &str, call: &str) -> u64 {
-    let prefix = format!("wasmprov_plugin_calls_total{{plugin=\"{plugin}\",call=\"{call}\",");
-    metrics
-        .encode()
-        .lines()
-        .filter(|l| l.starts_with(&prefix))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum()
-}
-
 /// `--failed-provision-threshold`: after that many failures the host stops
 /// retrying, says so on the claim with how to retry, and tries once more when
 /// the claim changes.

@@ -94,13 +94,7 @@ impl Host {
 
     /// Calls of the plugin's `call`, whatever their result.
     fn plugin_calls(&self, call: &str) -> u64 {
-        let prefix = format!("wasmprov_plugin_calls_total{{plugin=\"hostpath\",call=\"{call}\",");
-        self.metrics
-            .encode()
-            .lines()
-            .filter(|l| l.starts_with(&prefix))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-            .sum()
+        plugin_calls(&self.metrics, "hostpath", call)
     }
 
     async fn stop(mut self) {
@@ -149,6 +143,18 @@ async fn create_claim(client: &Client, name: &str, class: &str, node: Option<&st
         .unwrap();
 }
 
+/// A merge patch of claim `name`, as `kubectl patch --type merge` sends.
+async fn merge_into_claim(client: &Client, name: &str, patch: serde_json::Value) {
+    Api::<PersistentVolumeClaim>::namespaced(client.clone(), "default")
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+}
+
 async fn bound_volume(client: &Client, claim: &str) -> PersistentVolume {
     let claims = Api::<PersistentVolumeClaim>::namespaced(client.clone(), "default");
     let name = eventually(&format!("claim {claim} is Bound"), || async {
@@ -176,27 +182,7 @@ fn pinned_to(pv: &PersistentVolume) -> Vec<serde_json::Value> {
 /// affinity), deletes only its own node's volumes, and sends no request
 /// about the other node's claims and volumes.
 async fn each_node_host_serves_only_its_nodes_claims_and_volumes(server: Server) {
-    let (api, admin) = TestApi::start(
-        server,
-        &NODES,
-        kube_sim::Config {
-            record_requests: true,
-            ..Default::default()
-        },
-        Default::default(),
-    )
-    .await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut hosts = Vec::new();
-    for node in NODES {
-        // On the simulator each host has a token of its own, so its
-        // requests can be told apart.
-        let client = match &api {
-            TestApi::Simulated(sim) => client_of(&sim.kubeconfig_with_token(node)).await,
-            TestApi::Real(_) => admin.clone(),
-        };
-        hosts.push(Host::start(client, dir.path(), Some(node)).await);
-    }
+    let (api, admin, dir, hosts) = two_node_hosts(server, None).await;
     create_class(
         &admin,
         "local",
@@ -352,17 +338,27 @@ fn cached_runtime() -> Arc<wasmprov::runtime::Runtime> {
     Arc::new(wasmprov::runtime::Runtime::new(config).unwrap())
 }
 
-/// Two node hosts on `server`, `janitor` the janitor (as if elected).
+/// Two node hosts on `server`, `janitor` the janitor (as if elected). On
+/// the simulator each host has a token of its own (its node's name), so its
+/// requests can be told apart.
 async fn two_node_hosts(
     server: Server,
     janitor: Option<&str>,
 ) -> (TestApi, Client, tempfile::TempDir, Vec<Host>) {
-    let (api, admin) = TestApi::start(server, &NODES, Default::default(), Default::default()).await;
+    let sim = kube_sim::Config {
+        record_requests: true,
+        ..Default::default()
+    };
+    let (api, admin) = TestApi::start(server, &NODES, sim, Default::default()).await;
     let dir = tempfile::tempdir().unwrap();
     let mut hosts = Vec::new();
     for node in NODES {
+        let client = match &api {
+            TestApi::Simulated(sim) => client_of(&sim.kubeconfig_with_token(node)).await,
+            TestApi::Real(_) => admin.clone(),
+        };
         let elected = janitor == Some(node);
-        hosts.push(Host::start_janitor(admin.clone(), dir.path(), Some(node), elected).await);
+        hosts.push(Host::start_janitor(client, dir.path(), Some(node), elected).await);
     }
     (api, admin, dir, hosts)
 }
@@ -401,16 +397,12 @@ async fn the_janitor_alone_warns_once_about_an_immediate_claim_of_a_node_class(s
         "{message:?}"
     );
     // Nothing more: a claim change (a label) wakes every host again.
-    let claims = Api::<PersistentVolumeClaim>::namespaced(admin.clone(), "default");
-    let label = serde_json::json!({"metadata": {"labels": {"touched": "yes"}}});
-    claims
-        .patch(
-            "data",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(&label),
-        )
-        .await
-        .unwrap();
+    merge_into_claim(
+        &admin,
+        "data",
+        serde_json::json!({"metadata": {"labels": {"touched": "yes"}}}),
+    )
+    .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
         warnings(&admin, "data").await,
@@ -466,14 +458,7 @@ async fn the_janitor_asks_the_scheduler_again_when_the_selected_node_is_gone(ser
     );
     // The scheduler's next choice.
     let next = serde_json::json!({"metadata": {"annotations": {"volume.kubernetes.io/selected-node": "n2"}}});
-    claims
-        .patch(
-            "data",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(&next),
-        )
-        .await
-        .unwrap();
+    merge_into_claim(&admin, "data", next).await;
     let pv = bound_volume(&admin, "data").await;
     assert_eq!(
         pinned_to(&pv),

@@ -562,3 +562,15 @@ pub fn compile_bomb(width: usize, depth: usize) -> Vec<u8> {
     );
     wat::parse_str(text).unwrap()
 }
+
+/// Calls of `plugin`'s `call` a host's metrics count, whatever their result.
+#[allow(dead_code)] // not every test file counts plugin calls
+pub fn plugin_calls(metrics: &wasmprov::metrics::Metrics, plugin: &str, call: &str) -> u64 {
+    let prefix = format!("wasmprov_plugin_calls_total{{plugin=\"{plugin}\",call=\"{call}\",");
+    metrics
+        .encode()
+        .lines()
+        .filter(|l| l.starts_with(&prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
