@@ -87,6 +87,9 @@ pub struct Metrics {
     pub volume_finalizer_conflicts: ClassCounter,
     /// Granted directories refusing new volumes, by plugin (`policy::output`).
     pub unusable_grants: Family<PluginLabels, Gauge>,
+    /// Released volumes kept because the node their storage is on is gone
+    /// (the node hosts' janitor), by class.
+    pub volumes_on_gone_nodes: Family<ClassLabels, Gauge>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -222,6 +225,12 @@ impl Default for Metrics {
             "Granted volume directories (output.paths) refusing new volumes because one held a symbolic link where volumes live when the policy loaded, by plugin",
             unusable_grants.clone(),
         );
+        let volumes_on_gone_nodes = Family::default();
+        wasmprov.register(
+            "volumes_on_gone_nodes",
+            "Released volumes whose storage is on a node that no longer exists: kept, never deleted by a plugin (node hosts' janitor). Broken down by storage class name.",
+            volumes_on_gone_nodes.clone(),
+        );
         Self {
             registry,
             provision_total,
@@ -241,6 +250,7 @@ impl Default for Metrics {
             policy_reloads,
             volume_finalizer_conflicts,
             unusable_grants,
+            volumes_on_gone_nodes,
         }
     }
 }

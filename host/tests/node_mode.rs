@@ -30,6 +30,7 @@ on_both_servers!(
     a_central_host_refuses_node_local_volumes_when_the_cluster_has_several_nodes,
     the_janitor_alone_warns_once_about_an_immediate_claim_of_a_node_class,
     the_janitor_asks_the_scheduler_again_when_the_selected_node_is_gone,
+    a_released_volume_whose_node_is_gone_is_reported_and_kept,
 );
 
 /// A host serving `dir` with the hostpath plugin: on `node` (node mode,
@@ -76,6 +77,7 @@ impl Host {
         }
         let (janitor, elected) = tokio::sync::watch::channel(janitor);
         config.janitor = Some(elected);
+        config.gone_node_grace = Duration::from_secs(1);
         config.retry_base = Duration::from_millis(100);
         config.max_retry = Duration::from_secs(1);
         config.shutdown_grace = Duration::from_secs(2);
@@ -467,6 +469,80 @@ async fn the_janitor_asks_the_scheduler_again_when_the_selected_node_is_gone(ser
     );
     assert_eq!(hosts[1].plugin_calls("provision"), 1);
     assert_eq!(hosts[0].plugin_calls("provision"), 0);
+    for host in hosts {
+        host.stop().await;
+    }
+}
+
+/// A node removed from the cluster takes its storage with it: the Released
+/// volumes pinned to it can be deleted by nobody. The janitor reports each
+/// once (a VolumeNodeGone Warning, a gauge) after the grace period and
+/// keeps it; no plugin is asked to delete storage it cannot reach.
+async fn a_released_volume_whose_node_is_gone_is_reported_and_kept(server: Server) {
+    let (_api, admin, dir, mut hosts) = two_node_hosts(server, Some("n1")).await;
+    create_class(
+        &admin,
+        "local",
+        NODE_PROVISIONER,
+        dir.path(),
+        "WaitForFirstConsumer",
+    )
+    .await;
+    create_claim(&admin, "data", "local", Some("n2")).await;
+    let pv = bound_volume(&admin, "data").await;
+    // Node n2 goes, with its host.
+    hosts.pop().unwrap().stop().await;
+    Api::<k8s_openapi::api::core::v1::Node>::all(admin.clone())
+        .delete("n2", &DeleteParams::default())
+        .await
+        .unwrap();
+    Api::<PersistentVolumeClaim>::namespaced(admin.clone(), "default")
+        .delete("data", &DeleteParams::default())
+        .await
+        .unwrap();
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(admin.clone(), "default");
+    let name = pv.name_any();
+    let message = eventually("the volume's VolumeNodeGone Warning", || async {
+        events
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .filter(|e| e.involved_object.name.as_deref() == Some(name.as_str()))
+            .find(|e| e.reason.as_deref() == Some("VolumeNodeGone"))?
+            .message
+    })
+    .await;
+    assert!(
+        message.contains("its storage is on node n2, which no longer exists")
+            && message.contains(&format!("kubectl delete pv {name}")),
+        "{message}"
+    );
+    let janitor = &hosts[0];
+    eventually("the gauge counts it", || async {
+        janitor
+            .metrics
+            .encode()
+            .contains("wasmprov_volumes_on_gone_nodes{class=\"local\"} 1")
+            .then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let kept = Api::<PersistentVolume>::all(admin.clone())
+        .get(&name)
+        .await
+        .unwrap();
+    assert_eq!(
+        kept.status.unwrap().phase.as_deref(),
+        Some("Released"),
+        "kept"
+    );
+    assert_eq!(janitor.plugin_calls("delete"), 0, "no plugin is asked");
+    assert!(
+        dir.path().join(&name).is_dir(),
+        "n2's storage is left as it was"
+    );
     for host in hosts {
         host.stop().await;
     }

@@ -31,7 +31,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the provisioner host against a cluster (in a pod, or with a kubeconfig).
-    Run(run::RunArgs),
+    Run(Box<run::RunArgs>),
     /// Try wasmprov with no cluster: a simulated API server, the host and the
     /// hostpath plugin, with sample classes and claims.
     Dev(dev::DevArgs),
@@ -176,7 +176,7 @@ pub fn init_logging(cli: &Cli) {
 /// Runs a parsed command line.
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Run(args) => run::run(args).await.map(|()| ExitCode::SUCCESS),
+        Command::Run(args) => run::run(*args).await.map(|()| ExitCode::SUCCESS),
         Command::Dev(args) => dev::run(args).await,
         Command::Plugin(cmd) => plugin::run(cmd).await,
         Command::CompileComponent(args) => Ok(crate::runtime::compile_child(args.memory_limit)),

@@ -291,6 +291,13 @@ pub struct RunArgs {
     /// DaemonSet), each under a Lease of its node.
     #[arg(long, value_name = "NODE", env = "NODE_NAME")]
     pub node_name: Option<String>,
+    /// Node mode: how long a node must have been gone (no Node object by
+    /// that name or hostname label) before the Released volumes pinned to
+    /// it are reported (a VolumeNodeGone Warning, the
+    /// wasmprov_volumes_on_gone_nodes gauge) and kept. A NotReady node is
+    /// not gone.
+    #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = humantime::parse_duration, env = "WASMPROV_GONE_NODE_GRACE")]
+    pub gone_node_grace: std::time::Duration,
     #[command(flatten)]
     pub lifecycle: LifecycleArgs,
     #[command(flatten)]
@@ -397,6 +404,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     // (a wrong --node-name) would serve nobody.
     if let Some(name) = &args.node_name {
         config.node = Some(lifecycle::OwnNode::lookup(&client, name).await?);
+        config.gone_node_grace = args.gone_node_grace;
     }
     let side = if node_mode {
         RunsOn::Node

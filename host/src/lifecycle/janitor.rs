@@ -1,21 +1,24 @@
-//! What no node host can do for a claim of node-local classes, done by the
-//! one node host elected janitor (`Config::janitor`): a claim whose
-//! selected node is gone waits for the scheduler until someone clears that
-//! node (the scheduler never looks elsewhere while it is set), and a claim
-//! of a class that binds Immediately has no selected node, so no node host
-//! takes it. Every other node host leaves other nodes' claims alone.
+//! What no node host can do, done by the one node host elected janitor
+//! (`Config::janitor`): a claim whose selected node is gone waits for the
+//! scheduler until someone clears that node (the scheduler never looks
+//! elsewhere while it is set); a claim of a class that binds Immediately
+//! has no selected node, so no node host takes it; a Released volume whose
+//! node is gone can be deleted by nobody (its storage went with the node).
+//! Every other node host leaves other nodes' claims and volumes alone.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 
 use super::claims::unselect_node;
-use super::decide::{self, keys};
-use super::reasons::PROVISIONING_FAILED;
+use super::decide::{self, keys, VolumeDecision};
+use super::nodes;
+use super::reasons::{PROVISIONING_FAILED, VOLUME_NODE_GONE};
 use super::{lock, Context, Error};
+use crate::metrics::Metrics;
 
 /// How often a pending claim selected for another node is looked at
 /// again, to notice that node going away (Node objects are not watched:
@@ -73,4 +76,102 @@ pub(super) async fn claim<P>(
         .warning(&reference, PROVISIONING_FAILED, "Provisioning", message);
     unselect_node(claim, ctx).await?;
     Ok(Action::await_change())
+}
+
+/// A volume whose node the janitor found gone.
+#[derive(Debug)]
+pub(super) struct GoneNode {
+    since: Instant,
+    /// Its class, once reported (and counted).
+    reported: Option<String>,
+}
+
+/// Looks after a volume pinned to another node: a Released volume to
+/// delete whose node has been gone for the grace period is reported once
+/// (a Warning on the volume, the `volumes_on_gone_nodes` gauge) and kept:
+/// no plugin is called, as the storage was on that node.
+pub(super) async fn volume<P>(pv: &PersistentVolume, ctx: &Context<P>) -> Result<Action, Error> {
+    let uid = pv.uid().unwrap_or_default();
+    let decision = decide::volume(pv, &ctx.config.names, ctx.config.add_finalizer);
+    let hostname = nodes::pinned_hostname(pv);
+    let (VolumeDecision::Delete { .. }, Some(hostname)) = (decision, hostname) else {
+        forget(ctx, &uid);
+        return Ok(Action::await_change());
+    };
+    if nodes::hostname_exists(&ctx.client, hostname).await? {
+        // Its node's host deletes it; looked at again in case the node goes.
+        forget(ctx, &uid);
+        return Ok(Action::requeue(NODE_RECHECK));
+    }
+    let grace = ctx.config.gone_node_grace;
+    let since = lock(&ctx.gone_nodes)
+        .entry(uid.clone())
+        .or_insert_with(|| GoneNode {
+            since: Instant::now(),
+            reported: None,
+        })
+        .since;
+    if since.elapsed() < grace {
+        return Ok(Action::requeue(grace - since.elapsed()));
+    }
+    let class = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.storage_class_name.clone())
+        .unwrap_or_default();
+    let first = {
+        let mut gone = lock(&ctx.gone_nodes);
+        let entry = gone.get_mut(&uid).expect("inserted above");
+        entry.reported.replace(class.clone()).is_none()
+    };
+    if first {
+        let message = format!(
+            "its storage is on node {hostname}, which no longer exists, so nothing can delete it \
+             there; the volume is kept. If the node will not come back, delete this \
+             PersistentVolume (kubectl delete pv {}; remove its finalizers if it has any)",
+            pv.name_any()
+        );
+        ctx.events
+            .warning(&pv.object_ref(&()), VOLUME_NODE_GONE, "Deleting", message);
+        tracing::warn!(volume = %pv.name_any(), node = hostname, "kept a Released volume whose node is gone");
+    }
+    count_gone(ctx);
+    Ok(Action::requeue(NODE_RECHECK))
+}
+
+/// Forgets a volume's gone node (it came back, or the volume changed).
+fn forget<P>(ctx: &Context<P>, uid: &str) {
+    if lock(&ctx.gone_nodes).remove(uid).is_some() {
+        count_gone(ctx);
+    }
+}
+
+/// Keeps the gauge right as volumes on gone nodes are deleted (a deleted
+/// volume is reconciled no more).
+pub(super) async fn recount_gone<P>(ctx: std::sync::Arc<Context<P>>) {
+    loop {
+        tokio::time::sleep(NODE_RECHECK).await;
+        if !lock(&ctx.gone_nodes).is_empty() {
+            count_gone(&ctx);
+        }
+    }
+}
+
+/// Sets the gauge from the volumes reported and still there.
+fn count_gone<P>(ctx: &Context<P>) {
+    let mut gone = lock(&ctx.gone_nodes);
+    let present: std::collections::HashSet<String> = ctx
+        .volumes
+        .state()
+        .iter()
+        .filter_map(|pv| pv.uid())
+        .collect();
+    gone.retain(|uid, _| present.contains(uid));
+    ctx.metrics.volumes_on_gone_nodes.clear();
+    for class in gone.values().filter_map(|g| g.reported.as_deref()) {
+        ctx.metrics
+            .volumes_on_gone_nodes
+            .get_or_create(&Metrics::class(class))
+            .inc();
+    }
 }

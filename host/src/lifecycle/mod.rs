@@ -54,6 +54,9 @@ pub struct Config {
     /// janitor, which looks after the claims no node host takes (a gone
     /// selected node, a class binding Immediately). `None`: never.
     pub janitor: Option<tokio::sync::watch::Receiver<bool>>,
+    /// How long a node must have been gone before the janitor reports the
+    /// Released volumes pinned to it (a node re-registering is not gone).
+    pub gone_node_grace: Duration,
     /// For volumes a replaced provisioner made under one of our names whose
     /// own class names no plugin: that provisioner name → the StorageClass
     /// whose plugin and parameters delete them (`--adopt-volumes`).
@@ -101,6 +104,7 @@ impl Config {
             },
             node: None,
             janitor: None,
+            gone_node_grace: Duration::from_secs(30),
             adopt_volumes: Default::default(),
             workers: 4,
             add_finalizer: false,
@@ -161,6 +165,9 @@ struct Context<P> {
     node_count: nodes::NodeCount,
     /// Claims (uid) the janitor has warned about: once each.
     janitor_warned: Mutex<std::collections::HashSet<String>>,
+    /// Volumes (uid) whose node the janitor found gone: since when, and
+    /// their class once reported (counted in `volumes_on_gone_nodes`).
+    gone_nodes: Mutex<HashMap<String, janitor::GoneNode>>,
 }
 
 impl<P> Context<P> {
@@ -354,10 +361,14 @@ pub async fn run<P: Provisioner>(
         class_missing_since: Mutex::default(),
         node_count: Default::default(),
         janitor_warned: Mutex::default(),
+        gone_nodes: Mutex::default(),
         finalizer_conflicts: Default::default(),
         resyncs: resyncs.clone(),
         config: config.clone(),
     });
+    if ctx.config.janitor.is_some() {
+        tasks.spawn(janitor::recount_gone(ctx.clone()));
+    }
     // The sweep only finds what is due (each claim keeps its own backoff),
     // so its tick need not follow the retry interval.
     tasks.spawn(in_progress::sweep(
@@ -404,6 +415,7 @@ pub async fn run<P: Provisioner>(
     let volumes = volumes
         .reconcile_all_on(each_change(resyncs))
         .reconcile_all_on(on_plugin_change(ctx.provisioner.plugins_changed()))
+        .reconcile_all_on(on_janitor_change(config.janitor.clone()))
         .with_config(controller_config)
         .graceful_shutdown_on(stopped(stop_rx))
         .run(volumes::reconcile, volumes::error_policy, ctx.clone())
@@ -513,6 +525,7 @@ mod tests {
             class_missing_since: Mutex::default(),
             node_count: Default::default(),
             janitor_warned: Mutex::default(),
+            gone_nodes: Mutex::default(),
             finalizer_conflicts: Default::default(),
             resyncs: tokio::sync::watch::channel(0).1,
         }

@@ -122,6 +122,38 @@ pub fn volume_is_here(pv: &PersistentVolume, own: Option<&OwnNode>) -> bool {
     })
 }
 
+/// The hostname a volume is pinned to (its affinity's first term), if any.
+pub fn pinned_hostname(pv: &PersistentVolume) -> Option<&str> {
+    let term = pv
+        .spec
+        .as_ref()?
+        .node_affinity
+        .as_ref()?
+        .required
+        .as_ref()?
+        .node_selector_terms
+        .first()?;
+    term.match_expressions
+        .iter()
+        .flatten()
+        .find(|r| r.key == HOSTNAME_LABEL && r.operator == "In")
+        .and_then(|r| r.values.as_ref()?.first())
+        .map(String::as_str)
+}
+
+/// Whether a node with this `kubernetes.io/hostname` exists: by name (the
+/// usual case, one request), else by label.
+pub async fn hostname_exists(client: &Client, hostname: &str) -> Result<bool, kube::Error> {
+    let nodes = Api::<Node>::all(client.clone());
+    if nodes.get_opt(hostname).await?.is_some() {
+        return Ok(true);
+    }
+    let by_label = ListParams::default()
+        .labels(&format!("{HOSTNAME_LABEL}={hostname}"))
+        .limit(1);
+    Ok(!nodes.list(&by_label).await?.items.is_empty())
+}
+
 /// Pins a volume a node host is about to save to its node: the pin is
 /// added when the plugin returned no affinity; an affinity that would let
 /// another node use the volume is refused (its storage is on this node).

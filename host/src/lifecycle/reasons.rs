@@ -16,3 +16,5 @@ pub const FILE_SYSTEM_RESIZE_REQUIRED: &str = "FileSystemResizeRequired";
 // Ours.
 /// Another controller keeps undoing our volume finalizer writes.
 pub const VOLUME_FINALIZER_CONFLICT: &str = "FinalizerConflict";
+/// A Released volume's storage is on a node that no longer exists.
+pub const VOLUME_NODE_GONE: &str = "VolumeNodeGone";

@@ -13,6 +13,7 @@ use kube::{Api, Resource, ResourceExt};
 use super::decide::{self, keys, VolumeDecision};
 use super::finalizer_conflicts::{Direction, Verdict};
 use super::finalizers;
+use super::janitor;
 use super::nodes;
 use super::reasons::{VOLUME_FAILED_DELETE, VOLUME_FINALIZER_CONFLICT};
 use super::{AfterFailure, Context, Error};
@@ -25,8 +26,12 @@ pub(super) async fn reconcile<P: Provisioner>(
     pv: Arc<PersistentVolume>,
     ctx: Arc<Context<P>>,
 ) -> Result<Action, Error> {
-    // Node mode: another node's volume is its host's, and costs no request.
+    // Node mode: another node's volume is its host's, and costs no request,
+    // but for the elected janitor's checks.
     if !nodes::volume_is_here(&pv, ctx.config.node.as_ref()) {
+        if ctx.is_janitor() {
+            return janitor::volume(&pv, &ctx).await;
+        }
         return Ok(Action::await_change());
     }
     let volumes: Api<PersistentVolume> = Api::all(ctx.client.clone());
