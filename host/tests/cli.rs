@@ -330,7 +330,7 @@ fn invoke_and_test_warn_about_a_class_a_host_would_not_serve_with_the_plugin() {
             ),
             vec![
                 "StorageClass hostpath (",
-                "has provisioner \"example.com/other\", but the host serves wasmprov.io/host unless run with --provisioner-name",
+                "has provisioner \"example.com/other\", but the host serves wasmprov.io/host (node.wasmprov.io with --node-name) unless run with --provisioner-name",
                 "Set provisioner: wasmprov.io/host, or run the host with --provisioner-name example.com/other",
             ],
         ),

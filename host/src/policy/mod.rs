@@ -403,8 +403,6 @@ struct LimitsSpec {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct PluginSpec {
-    #[serde(default)]
-    runs_on: Option<RunsOn>,
     memory_limit: Option<String>,
     timeout: Option<String>,
     max_concurrent_calls: Option<usize>,
@@ -420,6 +418,8 @@ struct PluginSpec {
     record_parameters: Vec<String>,
     #[serde(default)]
     output: OutputSpec,
+    #[serde(default)]
+    runs_on: Option<RunsOn>,
 }
 
 #[derive(Debug, Deserialize)]
