@@ -25,6 +25,9 @@ pub struct CallsInFlight {
 struct Inner {
     next: AtomicU64,
     running: Mutex<HashMap<u64, Running>>,
+    /// Woken when a call starts: the epoch ticker, which rests while none
+    /// runs.
+    waker: std::sync::OnceLock<std::thread::Thread>,
 }
 
 struct Running {
@@ -50,10 +53,23 @@ impl CallsInFlight {
             budget,
         };
         self.lock().insert(id, running);
+        if let Some(waker) = self.inner.waker.get() {
+            waker.unpark();
+        }
         InFlight {
             inner: self.inner.clone(),
             id,
         }
+    }
+
+    /// Whether no call is running.
+    pub fn idle(&self) -> bool {
+        self.lock().is_empty()
+    }
+
+    /// Unparks `thread` each time a call starts.
+    pub fn wake_on_start(&self, thread: std::thread::Thread) {
+        let _ = self.inner.waker.set(thread);
     }
 
     /// The calls running more than [`STUCK_AFTER`] past their budget, each

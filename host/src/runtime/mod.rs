@@ -275,7 +275,8 @@ impl Runtime {
             }
             None => None,
         };
-        let ticker = EpochTicker::start(engine.clone())
+        let in_flight = in_flight::CallsInFlight::default();
+        let ticker = EpochTicker::start(engine.clone(), in_flight.clone())
             .map_err(|e| RuntimeError::Engine(format!("cannot start the epoch thread: {e}")))?;
         Ok(Self {
             ticker: Some(ticker),
@@ -283,7 +284,7 @@ impl Runtime {
             linker,
             cache,
             slots: Arc::new(Semaphore::new(slots as usize)),
-            in_flight: in_flight::CallsInFlight::default(),
+            in_flight,
             config,
         })
     }
@@ -510,31 +511,49 @@ impl Drop for Runtime {
     }
 }
 
-/// Advances the engine's epoch every [`EPOCH_TICK`] so per-call deadlines
-/// fire. A thread (not a task) keeps ticking even if every runtime worker
-/// is busy.
+/// Advances the engine's epoch every [`EPOCH_TICK`] while a call runs, so
+/// per-call deadlines fire and busy plugins yield. A thread (not a task)
+/// keeps ticking even if every runtime worker is busy; it rests while no
+/// call runs (an idle host wakes nobody 100 times a second) and a call's
+/// start wakes it.
 struct EpochTicker {
     stop: Arc<AtomicBool>,
+    /// Epochs advanced so far.
+    ticks: Arc<std::sync::atomic::AtomicU64>,
     thread: JoinHandle<()>,
 }
 
 impl EpochTicker {
-    fn start(engine: Engine) -> std::io::Result<Self> {
+    fn start(engine: Engine, calls: in_flight::CallsInFlight) -> std::io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
+        let ticks = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (flag, count, running) = (stop.clone(), ticks.clone(), calls.clone());
         let thread = std::thread::Builder::new()
             .name("wasm-epoch".into())
             .spawn(move || {
                 while !flag.load(Ordering::Relaxed) {
+                    if running.idle() {
+                        // A call starting now unparks us, before or after
+                        // this park: its wake-up is never lost.
+                        std::thread::park();
+                        continue;
+                    }
                     std::thread::sleep(EPOCH_TICK);
                     engine.increment_epoch();
+                    count.fetch_add(1, Ordering::Relaxed);
                 }
             })?;
-        Ok(Self { stop, thread })
+        calls.wake_on_start(thread.thread().clone());
+        Ok(Self {
+            stop,
+            ticks,
+            thread,
+        })
     }
 
     fn stop(self) {
         self.stop.store(true, Ordering::Relaxed);
+        self.thread.thread().unpark();
         let _ = self.thread.join();
     }
 }
@@ -542,6 +561,33 @@ impl EpochTicker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_epoch_ticks_only_while_a_call_runs() {
+        let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
+        let ticks = || {
+            runtime
+                .ticker
+                .as_ref()
+                .unwrap()
+                .ticks
+                .load(Ordering::Relaxed)
+        };
+        std::thread::sleep(EPOCH_TICK * 10);
+        assert_eq!(ticks(), 0, "an idle host does not tick");
+        let call =
+            runtime
+                .in_flight
+                .start(&Arc::from("hostpath"), "pvc-1", Duration::from_secs(10));
+        std::thread::sleep(EPOCH_TICK * 10);
+        let during = ticks();
+        assert!(during >= 3, "ticks while a call runs: {during}");
+        drop(call);
+        std::thread::sleep(EPOCH_TICK * 3);
+        let after = ticks();
+        std::thread::sleep(EPOCH_TICK * 10);
+        assert!(ticks() <= after + 1, "rests again once the call ended");
+    }
 
     /// Writes where a call could leave state behind (a data segment, an
     /// untouched page of the initial memory, hundreds of pages it grows, every
