@@ -160,6 +160,11 @@ pub(super) async fn recount_gone<P>(ctx: std::sync::Arc<Context<P>>) {
 /// Sets the gauge from the volumes reported and still there.
 fn count_gone<P>(ctx: &Context<P>) {
     let mut gone = lock(&ctx.gone_nodes);
+    // Only the janitor of the moment reports: a host that lost the role
+    // forgets what it counted, so two hosts never export the same volumes.
+    if !ctx.is_janitor() {
+        gone.clear();
+    }
     let present: std::collections::HashSet<String> = ctx
         .volumes
         .state()
