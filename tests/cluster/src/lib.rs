@@ -742,10 +742,12 @@ fn start_in(bin: &Path, dir: &Path, options: &Options) -> Result<Cluster, Error>
     ];
     let mut kcm_args = vec![];
     if network.is_some() {
-        // What a Deployment's pods need to run and reach the API server.
+        // What a Deployment's and a DaemonSet's pods need to run and reach
+        // the API server.
         controllers.extend([
             "deployment-controller",
             "replicaset-controller",
+            "daemonset-controller",
             "serviceaccount-controller",
             "root-ca-certificate-publisher-controller",
             "endpointslice-controller",

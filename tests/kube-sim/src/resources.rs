@@ -65,6 +65,7 @@ pub const CLUSTER_ROLE_BINDING: ResourceId = 12;
 pub const ROLE: ResourceId = 13;
 pub const ROLE_BINDING: ResourceId = 14;
 pub const DEPLOYMENT: ResourceId = 15;
+pub const DAEMON_SET: ResourceId = 16;
 
 pub static RESOURCES: &[ResourceDef] = &[
     ResourceDef {
@@ -227,7 +228,7 @@ pub static RESOURCES: &[ResourceDef] = &[
     },
     // What a provisioner's manifests create (`kubectl apply -k deploy/`):
     // stored and served like any object; RBAC is not enforced and no
-    // controller runs Deployments.
+    // controller runs Deployments or DaemonSets.
     ResourceDef {
         group: "",
         version: "v1",
@@ -305,6 +306,19 @@ pub static RESOURCES: &[ResourceDef] = &[
         status_subresource: true,
         field_labels: &[],
         roundtrip: roundtrip::<apps::v1::Deployment>,
+    },
+    ResourceDef {
+        group: "apps",
+        version: "v1",
+        plural: "daemonsets",
+        singular: "daemonset",
+        kind: "DaemonSet",
+        list_kind: "DaemonSetList",
+        namespaced: true,
+        short_names: &["ds"],
+        status_subresource: true,
+        field_labels: &[],
+        roundtrip: roundtrip::<apps::v1::DaemonSet>,
     },
 ];
 
