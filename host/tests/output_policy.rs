@@ -928,3 +928,133 @@ async fn sizes_above_the_plugins_maximum_are_refused() {
         err.message
     );
 }
+
+/// Has the plugin make and return `<dir>/pvc-out` for a class with `host`
+/// parameters (the host's own) and a claim with `annotations`.
+async fn made_with_access(
+    p: &WasmProvisioner,
+    dir: &Path,
+    host: &[(&str, &str)],
+    annotations: &[(&str, &str)],
+) -> Result<PersistentVolume, ProvisionError> {
+    let source = json(serde_json::json!({"hostPath": {"path": dir.join("pvc-out")}}));
+    let mut params = vec![
+        ("behavior", "return"),
+        ("dir", "/data"),
+        ("mkdir", "/data/pvc-out"),
+        ("source", &source),
+    ];
+    params.extend_from_slice(host);
+    let mut c = claim("data", "1Mi");
+    c.metadata.annotations = Some(
+        annotations
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    );
+    let opts = options("pvc-out", class("out", &params), c);
+    tokio::time::timeout(STEP, p.provision(&opts))
+        .await
+        .expect("the host must end the call by itself")
+}
+
+fn mode_of(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::symlink_metadata(path)
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o7777
+}
+
+#[tokio::test]
+async fn the_host_gives_a_volumes_directory_the_mode_and_owner_its_class_asks() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().display().to_string();
+    let volume = dir.path().join("pvc-out");
+    let reset = || {
+        let _ = std::fs::remove_dir(&volume);
+        let _ = std::fs::remove_file(made(dir.path()));
+    };
+
+    // The class's mode, on the directory the plugin made; the plugin never
+    // sees the host's parameters (echo-parameters lists what it got).
+    let p = plugin(dir.path(), &hostpath_in(&root)).await;
+    made_with_access(&p, dir.path(), &[("wasmprov.io/mode", "0777")], &[])
+        .await
+        .unwrap();
+    assert_eq!(mode_of(&volume), 0o777);
+    reset();
+    let mut echo = echo_options("pvc-echo");
+    echo.class
+        .parameters
+        .as_mut()
+        .unwrap()
+        .insert("wasmprov.io/mode".into(), "0777".into());
+    let p_echo = plugin(dir.path(), &format!("output: {MISBEHAVE_OUTPUT}")).await;
+    let pv = p_echo.provision(&echo).await.unwrap();
+    assert_eq!(
+        pv.metadata.annotations.unwrap()["misbehave.test/parameters"],
+        "behavior,password,server",
+        "the plugin never sees the host's parameters"
+    );
+
+    // A bad value is refused before the plugin makes anything.
+    let err = made_with_access(&p, dir.path(), &[("wasmprov.io/mode", "rwx")], &[])
+        .await
+        .unwrap_err();
+    assert!(
+        err.message
+            .starts_with("StorageClass out: parameter wasmprov.io/mode: \"rwx\" is not an octal"),
+        "{}",
+        err.message
+    );
+    assert!(!volume.exists() && !made(dir.path()).exists());
+
+    // A claim's annotation: refused unless the policy lets claims choose.
+    let err = made_with_access(&p, dir.path(), &[], &[("wasmprov.io/mode", "0700")])
+        .await
+        .unwrap_err();
+    assert!(
+        err.message
+            .contains("plugins.misbehave.output.claimAccess: true"),
+        "{}",
+        err.message
+    );
+    assert!(!volume.exists());
+    let p = plugin(
+        dir.path(),
+        &format!("output: {{sources: [hostPath], paths: [{root}], claimAccess: true}}"),
+    )
+    .await;
+    made_with_access(
+        &p,
+        dir.path(),
+        &[("wasmprov.io/mode", "0777")],
+        &[("wasmprov.io/mode", "2770")],
+    )
+    .await
+    .unwrap();
+    assert_eq!(mode_of(&volume), 0o2770);
+    reset();
+
+    // An owner: set when the host may (root here in CI); otherwise the
+    // volume is refused, its storage deleted, with the fix.
+    let result = made_with_access(
+        &p,
+        dir.path(),
+        &[("wasmprov.io/uid", "4321"), ("wasmprov.io/gid", "4321")],
+        &[],
+    )
+    .await;
+    if rustix::process::geteuid().is_root() {
+        result.unwrap();
+        let meta = std::fs::metadata(&volume).unwrap();
+        assert_eq!((meta.uid(), meta.gid()), (4321, 4321));
+    } else {
+        let err = result.unwrap_err();
+        assert!(err.message.contains("CAP_CHOWN"), "{}", err.message);
+        assert!(!made(dir.path()).exists(), "its storage was deleted");
+    }
+}

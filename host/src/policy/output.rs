@@ -166,6 +166,10 @@ pub struct OutputPolicy {
     /// from any node, so a central host may make it on a cluster of several
     /// nodes.
     pub shared_filesystem: bool,
+    /// Claims may choose the mode and owner of their volume's directory
+    /// (the `wasmprov.io/mode`, `wasmprov.io/uid` and `wasmprov.io/gid`
+    /// annotations), over their class's parameters of the same names.
+    pub claim_access: bool,
 }
 
 impl OutputPolicy {
@@ -201,6 +205,7 @@ impl Default for OutputPolicy {
             require_volume_name: true,
             any_node_affinity: false,
             shared_filesystem: false,
+            claim_access: false,
         }
     }
 }
@@ -235,6 +240,8 @@ pub(super) struct OutputSpec {
     any_node_affinity: bool,
     #[serde(default)]
     shared_filesystem: bool,
+    #[serde(default)]
+    claim_access: bool,
 }
 
 impl OutputSpec {
@@ -406,6 +413,7 @@ impl OutputSpec {
         policy.require_volume_name = self.require_volume_name.unwrap_or(true);
         policy.any_node_affinity = self.any_node_affinity;
         policy.shared_filesystem = self.shared_filesystem;
+        policy.claim_access = self.claim_access;
         // In a pool, volumes have no recognisable name: each entry of the
         // grant may be one, so only the entries themselves are looked at.
         let depth = if policy.require_volume_name {

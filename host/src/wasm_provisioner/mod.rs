@@ -3,6 +3,7 @@
 //! the plugin's WIT types, and checks what the plugin returns: that it is a
 //! valid volume, and that the operator's output policy allows it.
 
+mod access;
 mod output;
 mod request;
 mod source;
@@ -21,6 +22,7 @@ use crate::runtime::bindings::types as wit;
 use crate::runtime::{CallError, Plugin};
 use crate::text::untrusted;
 
+pub use access::{GID_KEY, HOST_PARAMETER_PREFIX, MODE_KEY, UID_KEY};
 pub use request::{plugin_parameters, provision_request};
 pub use volume::{
     MAX_ANNOTATIONS, MAX_ANNOTATION_BYTES, MAX_LABELS, MAX_MOUNT_OPTIONS, MAX_SOURCE_BYTES,
@@ -97,6 +99,7 @@ impl WasmProvisioner {
                 ),
             ));
         }
+        let access = self.access(opts)?;
         let volume = match self.plugin.provision(&request).await {
             Ok(Ok(volume)) => volume,
             Ok(Err(e)) => return Err(plugin_provision_error(name, e)),
@@ -112,13 +115,22 @@ impl WasmProvisioner {
                 let source = serde_json::from_str(&volume.source).unwrap_or_default();
                 let refusals = output::check(&self.output, opts, &volume, &source);
                 if refusals.is_empty() {
-                    return Ok(pv);
+                    match access::apply_to_source(&access, &source) {
+                        Ok(()) => return Ok(pv),
+                        Err(e) => format!(
+                            "the mode and owner of volume {} (StorageClass {}) could not be set: {}",
+                            opts.pv_name,
+                            opts.class.metadata.name.as_deref().unwrap_or_default(),
+                            untrusted(&e, MAX_MESSAGE_BYTES)
+                        ),
+                    }
+                } else {
+                    format!(
+                        "plugin {name} {REFUSED_BY_POLICY} for {}: {}; if the plugin is meant to return this, grant it under plugins.{name}.output in the sandbox policy",
+                        opts.pv_name,
+                        untrusted(&refusals.join("; "), 4 * MAX_MESSAGE_BYTES)
+                    )
                 }
-                format!(
-                    "plugin {name} {REFUSED_BY_POLICY} for {}: {}; if the plugin is meant to return this, grant it under plugins.{name}.output in the sandbox policy",
-                    opts.pv_name,
-                    untrusted(&refusals.join("; "), 4 * MAX_MESSAGE_BYTES)
-                )
             }
             Err(message) => format!(
                 "plugin {name} returned an invalid volume for {}: {}; this is a bug in the plugin",
@@ -127,6 +139,29 @@ impl WasmProvisioner {
             ),
         };
         Err(self.clean_up_rejected(opts, &volume, rejection).await)
+    }
+
+    /// The mode and owner the claim's volume gets (class parameters, claim
+    /// annotations where the policy allows), checked before any storage is
+    /// made.
+    fn access(&self, opts: &ProvisionOptions) -> Result<access::Access, ProvisionError> {
+        let claim = &opts.claim;
+        access::Access::of(
+            opts.class.metadata.name.as_deref().unwrap_or_default(),
+            opts.class
+                .parameters
+                .as_ref()
+                .unwrap_or(&Default::default()),
+            &request::claim_name(claim),
+            claim
+                .metadata
+                .annotations
+                .as_ref()
+                .unwrap_or(&Default::default()),
+            self.output.claim_access,
+            self.plugin.name(),
+        )
+        .map_err(|e| ProvisionError::new(ProvisionState::InvalidArgument, e))
     }
 
     /// The plugin made storage for a volume the host will not save: ask it

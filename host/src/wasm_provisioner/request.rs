@@ -21,7 +21,7 @@ fn to_list(map: Option<&BTreeMap<String, String>>) -> Map {
         .unwrap_or_default()
 }
 
-fn claim_name(claim: &PersistentVolumeClaim) -> String {
+pub(super) fn claim_name(claim: &PersistentVolumeClaim) -> String {
     format!(
         "{}/{}",
         claim.metadata.namespace.as_deref().unwrap_or_default(),
@@ -29,10 +29,12 @@ fn claim_name(claim: &PersistentVolumeClaim) -> String {
     )
 }
 
-/// The class parameters a plugin receives: all but the host's `plugin` key.
+/// The class parameters a plugin receives: all but the host's own (`plugin`
+/// and those starting with `wasmprov.io/`).
 pub fn plugin_parameters(class: &StorageClass) -> BTreeMap<String, String> {
     let mut params = class.parameters.clone().unwrap_or_default();
     params.remove(PLUGIN_PARAMETER);
+    params.retain(|k, _| !k.starts_with(super::access::HOST_PARAMETER_PREFIX));
     params
 }
 
