@@ -1,12 +1,15 @@
 //! `deploy/`: every manifest parses into its Kubernetes type with no unknown
 //! (misspelled) field, the kustomization lists them all, they apply to the
-//! simulated API server, the Deployment's flags, mounts and sandbox policy fit
-//! together, and `rbac.yaml` grants exactly what the host calls: the test runs
-//! `wasmprov run` configured by the Deployment itself (two replicas, leader
-//! election) against the simulator and compares its requests with the rules.
-//! The same again with the API plugin source enabled (deploy/api-source/, a
-//! kustomize Component): it builds, parses, applies, and its Role is exactly
-//! what the host configured by it calls.
+//! simulated API server, each host's (the central Deployment's, the node
+//! DaemonSet's) flags, mounts and sandbox policy fit together, and
+//! `rbac.yaml` and `rbac-node.yaml` grant exactly what each side calls: the
+//! test runs `wasmprov run` configured by the Deployment itself (two
+//! replicas, leader election, a backend added as deploy/README.md says) and
+//! by the DaemonSet (one host per node) against the API server and compares
+//! each side's requests with its rules. The same again with the API plugin
+//! source enabled (deploy/api-source/, a kustomize Component): it builds,
+//! parses, applies, and its Role is exactly what the hosts configured by it
+//! call.
 
 mod support;
 
@@ -15,10 +18,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{CommandFactory, Parser};
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Container, Namespace, PersistentVolume, PersistentVolumeClaim, ServiceAccount,
+    ConfigMap, Container, Namespace, PersistentVolume, PersistentVolumeClaim, PodSpec,
+    PodTemplateSpec, ServiceAccount,
 };
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
@@ -35,8 +39,7 @@ use wasmprov::cli::Cli;
 use wasmprov::delivery::configmaps;
 use wasmprov::delivery::encoding::Encoding;
 use wasmprov::delivery::package;
-use wasmprov::policy::DirMode;
-use wasmprov::policy::PolicySet;
+use wasmprov::policy::{DirMode, PolicySet, RunsOn};
 
 /// The hostpath plugin's ConfigMap: made by `wasmprov plugin pack` and
 /// committed, so installing needs no Rust toolchain; a test keeps it the
@@ -44,11 +47,11 @@ use wasmprov::policy::PolicySet;
 const PLUGIN_MANIFEST: &str = "plugin-hostpath.yaml";
 /// How to make it again (deploy/README.md says the same).
 const REGENERATE: &str = "bash plugins/build.sh --rust-only && cargo run -q -p wasmprov -- plugin pack target/plugins/hostpath.wasm --name hostpath > deploy/plugin-hostpath.yaml";
-/// The user the host's replicas are: on the real server their
-/// ServiceAccount; the simulator authenticates nobody, so they send this as
-/// their bearer token and its request log tells their requests apart.
-const HOST_TOKEN: &str = "system:serviceaccount:wasmprov:wasmprov";
-const NODE: &str = "worker-1";
+/// The nodes of the API server the tests start: one node host each.
+const NODES: [&str; 2] = ["worker-1", "worker-2"];
+/// The central hosts' provisioner name, and the node hosts'.
+const CENTRAL_PROVISIONER: &str = "wasmprov.io/host";
+const NODE_PROVISIONER: &str = "node.wasmprov.io";
 
 /// Rules that the scenario below cannot exercise deterministically, each
 /// with why it is still needed. Keep this short: every entry is a permission
@@ -60,8 +63,8 @@ const UNEXERCISED: &[(&str, &str, &str, &str)] = &[
         "get",
         "lifecycle/in_progress.rs reads a claim again when a plugin answered \
          in-background and the claim went away meanwhile; the hostpath plugin the \
-         Deployment serves never answers in-background (host/tests/lifecycle.rs \
-         covers the behaviour with a test guest)",
+         hosts serve never answers in-background (host/tests/lifecycle.rs covers \
+         the behaviour with a test guest)",
     ),
     (
         "",
@@ -237,6 +240,77 @@ fn one<'a>(objects: &'a [Object], kind: &str) -> &'a Object {
     found[0]
 }
 
+/// A host of deploy/: the central Deployment or the node DaemonSet.
+#[derive(Debug, Clone)]
+struct Workload {
+    kind: String,
+    name: String,
+    pod: PodSpec,
+}
+
+impl Workload {
+    fn of(o: &Object) -> Workload {
+        let template: PodTemplateSpec = serde_json::from_value(o.value["spec"]["template"].clone())
+            .unwrap_or_else(|e| panic!("{} {}: {e}", o.kind(), o.name()));
+        Workload {
+            kind: o.kind().to_owned(),
+            name: o.name().to_owned(),
+            pod: template.spec.expect("a pod spec"),
+        }
+    }
+
+    /// The host container, the only one.
+    fn container(&self) -> Container {
+        assert_eq!(self.pod.containers.len(), 1, "{} {}", self.kind, self.name);
+        self.pod.containers[0].clone()
+    }
+
+    fn service_account(&self) -> String {
+        self.pod
+            .service_account_name
+            .clone()
+            .expect("a ServiceAccount")
+    }
+
+    /// Which plugins of the policy this host serves.
+    fn side(&self) -> RunsOn {
+        match self.kind.as_str() {
+            "DaemonSet" => RunsOn::Node,
+            _ => RunsOn::Central,
+        }
+    }
+
+    fn provisioner(&self) -> &'static str {
+        match self.side() {
+            RunsOn::Node => NODE_PROVISIONER,
+            RunsOn::Central => CENTRAL_PROVISIONER,
+        }
+    }
+
+    /// The user its pods are: on the real server their ServiceAccount; the
+    /// simulator authenticates nobody, so they send this as their bearer
+    /// token and its request log tells their requests apart.
+    fn user(&self) -> String {
+        format!(
+            "system:serviceaccount:{}:{}",
+            namespace(),
+            self.service_account()
+        )
+    }
+}
+
+/// The hosts of deploy/: its Deployment, then its DaemonSet.
+fn workloads(objects: &[Object]) -> Vec<Workload> {
+    ["Deployment", "DaemonSet"]
+        .iter()
+        .map(|kind| workload(objects, kind))
+        .collect()
+}
+
+fn workload(objects: &[Object], kind: &str) -> Workload {
+    Workload::of(one(objects, kind))
+}
+
 /// The namespace kustomize puts every namespaced object in.
 fn namespace() -> String {
     let k: Value = serde_yaml::from_str(
@@ -313,6 +387,8 @@ fn strict(o: &Object) -> Vec<String> {
         "Role" => round_trip::<Role>(o),
         "RoleBinding" => round_trip::<RoleBinding>(o),
         "Deployment" => round_trip::<Deployment>(o),
+        "DaemonSet" => round_trip::<DaemonSet>(o),
+        "Pod" => round_trip::<k8s_openapi::api::core::v1::Pod>(o),
         "ConfigMap" => round_trip::<ConfigMap>(o),
         "StorageClass" => round_trip::<StorageClass>(o),
         "PersistentVolumeClaim" => round_trip::<PersistentVolumeClaim>(o),
@@ -346,7 +422,7 @@ fn every_manifest_parses_into_its_kubernetes_type() {
     let kinds: BTreeSet<&str> = objects.iter().map(Object::kind).collect();
     assert_eq!(
         kinds.len(),
-        10,
+        12,
         "every kind of deploy/ is present: {kinds:?}"
     );
 }
@@ -532,7 +608,7 @@ fn the_api_source_component_swaps_the_plugins_volume_for_the_api() {
         .collect();
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 
-    // It adds the Role and its binding, and changes the Deployment only.
+    // It adds the Role and its binding, and changes the hosts only.
     let key = |o: &Object| (o.kind().to_owned(), o.name().to_owned());
     let before: BTreeSet<_> = base.iter().map(key).collect();
     let after: BTreeSet<_> = with.iter().map(key).collect();
@@ -542,43 +618,44 @@ fn the_api_source_component_swaps_the_plugins_volume_for_the_api() {
     assert!(before.is_subset(&after));
     for o in &base {
         let w = with.iter().find(|w| key(w) == key(o)).unwrap();
-        if o.kind() != "Deployment" {
+        if !matches!(o.kind(), "Deployment" | "DaemonSet") {
             assert_eq!(o.value, w.value, "{} {} is unchanged", o.kind(), o.name());
         }
     }
 
-    // The Deployment: --plugin-configmaps instead of --plugins-dir, and no
+    // Each host: --plugin-configmaps instead of --plugins-dir, and no
     // plugins volume; nothing else changes.
-    let base_d = one(&base, "Deployment");
-    let base_typed: Deployment = base_d.typed();
-    let plugins_dir = flag(&container(&base_typed), "plugins-dir").unwrap();
-    let (volume, _) = volume_at(&base_typed, &plugins_dir).unwrap();
-    let mut expected = base_d.value.clone();
-    let pod = &mut expected["spec"]["template"]["spec"];
-    pod["volumes"]
-        .as_array_mut()
-        .unwrap()
-        .retain(|v| v["name"] != volume.name.as_str());
-    let c = &mut pod["containers"][0];
-    c["volumeMounts"]
-        .as_array_mut()
-        .unwrap()
-        .retain(|m| m["name"] != volume.name.as_str());
-    for a in c["args"].as_array_mut().unwrap() {
-        if *a == format!("--plugins-dir={plugins_dir}") {
-            *a = json!("--plugin-configmaps");
+    let mut plugins_dir = String::new();
+    for kind in ["Deployment", "DaemonSet"] {
+        let base_w = workload(&base, kind);
+        plugins_dir = flag(&base_w.container(), "plugins-dir").unwrap();
+        let (volume, _) = volume_at(&base_w.pod, &plugins_dir).unwrap();
+        let mut expected = one(&base, kind).value.clone();
+        let pod = &mut expected["spec"]["template"]["spec"];
+        pod["volumes"]
+            .as_array_mut()
+            .unwrap()
+            .retain(|v| v["name"] != volume.name.as_str());
+        let c = &mut pod["containers"][0];
+        c["volumeMounts"]
+            .as_array_mut()
+            .unwrap()
+            .retain(|m| m["name"] != volume.name.as_str());
+        for a in c["args"].as_array_mut().unwrap() {
+            if *a == format!("--plugins-dir={plugins_dir}") {
+                *a = json!("--plugin-configmaps");
+            }
         }
-    }
-    assert_eq!(one(&with, "Deployment").value, expected);
-    let d: Deployment = one(&with, "Deployment").typed();
-    let mut argv = vec!["wasmprov".to_owned()];
-    argv.extend(container(&d).args.unwrap_or_default());
-    match Cli::try_parse_from(&argv).unwrap().command {
-        wasmprov::cli::Command::Run(run) => {
-            assert!(run.plugin_configmaps);
-            assert!(run.plugins_dir.is_none());
+        assert_eq!(one(&with, kind).value, expected, "{kind}");
+        let mut argv = vec!["wasmprov".to_owned()];
+        argv.extend(workload(&with, kind).container().args.unwrap_or_default());
+        match Cli::try_parse_from(&argv).unwrap().command {
+            wasmprov::cli::Command::Run(run) => {
+                assert!(run.plugin_configmaps);
+                assert!(run.plugins_dir.is_none());
+            }
+            other => panic!("{other:?}"),
         }
-        other => panic!("{other:?}"),
     }
     // The plugin ConfigMap the base installs is one the API source reads.
     let plugin = with
@@ -598,16 +675,18 @@ fn the_api_source_component_swaps_the_plugins_volume_for_the_api() {
     let values = |objects: &[Object]| objects.iter().map(|o| o.value.clone()).collect::<Vec<_>>();
     assert_eq!(values(&kustomize(&mine).unwrap()), values(&with));
 
-    // If deployment.yaml's arguments move, the build fails rather than
-    // replacing another argument.
-    let dir = deploy_copy(true);
-    let path = dir.path().join("deploy/deployment.yaml");
-    let text = std::fs::read_to_string(&path).unwrap();
-    let moved = text.replace(&format!("- --plugins-dir={plugins_dir}\n"), "");
-    assert_ne!(moved, text);
-    std::fs::write(&path, moved).unwrap();
-    let err = kustomize(&dir.path().join("deploy")).unwrap_err();
-    assert!(err.contains("test failed"), "{err}");
+    // If a host's arguments move, the build fails rather than replacing
+    // another argument.
+    for file in ["deployment.yaml", "daemonset.yaml"] {
+        let dir = deploy_copy(true);
+        let path = dir.path().join("deploy").join(file);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let moved = text.replace(&format!("- --plugins-dir={plugins_dir}\n"), "");
+        assert_ne!(moved, text);
+        std::fs::write(&path, moved).unwrap();
+        let err = kustomize(&dir.path().join("deploy")).unwrap_err();
+        assert!(err.contains("test failed"), "{file}: {err}");
+    }
 }
 
 #[tokio::test]
@@ -624,20 +703,18 @@ async fn the_api_source_install_applies_to_the_simulator() {
         .get("wasmprov")
         .await
         .unwrap();
-    assert!(container(&d)
-        .args
-        .unwrap()
-        .contains(&"--plugin-configmaps".to_owned()));
+    let ds: DaemonSet = Api::namespaced(client.clone(), &ns)
+        .get("wasmprov-node")
+        .await
+        .unwrap();
+    for template in [d.spec.unwrap().template, ds.spec.unwrap().template] {
+        let args = template.spec.unwrap().containers[0].args.clone().unwrap();
+        assert!(args.contains(&"--plugin-configmaps".to_owned()), "{args:?}");
+    }
 }
 
 // ---------------------------------------------------------------------------
-// The Deployment, the host's flags and the sandbox policy
-
-fn container(d: &Deployment) -> Container {
-    let spec = d.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
-    assert_eq!(spec.containers.len(), 1);
-    spec.containers[0].clone()
-}
+// The hosts, their flags and the sandbox policy
 
 /// Environment variables `wasmprov run` reads: each flag's `env`, plus those
 /// read directly by host/src/cli/run.rs, with the flags they stand for.
@@ -683,91 +760,123 @@ fn flag(c: &Container, name: &str) -> Option<String> {
 }
 
 #[test]
-fn the_deployment_runs_the_host_with_flags_it_accepts() {
+fn each_host_runs_with_flags_it_accepts() {
     let objects = all_objects();
-    let d: Deployment = one(&objects, "Deployment").typed();
-    let c = container(&d);
-    assert_eq!(c.image.as_deref(), Some("ghcr.io/wasmprov/wasmprov:0.1.0"));
-    let mut argv = vec!["wasmprov".to_owned()];
-    argv.extend(c.args.clone().unwrap_or_default());
-    let cli = Cli::try_parse_from(&argv)
-        .unwrap_or_else(|e| panic!("the Deployment's args {argv:?}: {e}"));
-    assert!(matches!(cli.command, wasmprov::cli::Command::Run(_)));
+    for w in workloads(&objects) {
+        let c = w.container();
+        let what = format!("{} {}", w.kind, w.name);
+        assert_eq!(c.image.as_deref(), Some("ghcr.io/wasmprov/wasmprov:0.1.0"));
+        let mut argv = vec!["wasmprov".to_owned()];
+        argv.extend(c.args.clone().unwrap_or_default());
+        let cli =
+            Cli::try_parse_from(&argv).unwrap_or_else(|e| panic!("{what}'s args {argv:?}: {e}"));
+        assert!(matches!(cli.command, wasmprov::cli::Command::Run(_)));
 
-    let env = host_env();
-    for e in c.env.iter().flatten() {
-        assert!(
-            env.contains_key(&e.name),
-            "env {} is read by no flag of `wasmprov run` (known: {:?})",
-            e.name,
-            env.keys()
-        );
-    }
-    let field = |name: &str| {
-        c.env
-            .iter()
-            .flatten()
-            .find(|e| e.name == name)
-            .and_then(|e| e.value_from.as_ref()?.field_ref.as_ref())
-            .map(|f| f.field_path.clone())
-    };
-    assert_eq!(field("POD_NAME").as_deref(), Some("metadata.name"));
-    assert_eq!(
-        field("POD_NAMESPACE").as_deref(),
-        Some("metadata.namespace")
-    );
-
-    let spec = d.spec.as_ref().unwrap();
-    assert_eq!(spec.replicas, Some(2));
-    assert!(
-        flag(&c, "leader-election").is_none_or(|v| v == "true"),
-        "two replicas need leader election"
-    );
-    let pod = spec.template.spec.as_ref().unwrap();
-    assert_eq!(pod.service_account_name.as_deref(), Some("wasmprov"));
-    let psc = pod.security_context.clone().unwrap();
-    assert_eq!(psc.run_as_non_root, Some(true));
-    assert_eq!(psc.run_as_user, Some(65532));
-    assert_eq!(psc.seccomp_profile.unwrap().type_, "RuntimeDefault");
-    let sc = c.security_context.clone().unwrap();
-    assert_eq!(sc.run_as_non_root, Some(true));
-    assert_eq!(sc.read_only_root_filesystem, Some(true));
-    assert_eq!(sc.allow_privilege_escalation, Some(false));
-    assert_eq!(sc.capabilities.unwrap().drop, Some(vec!["ALL".to_owned()]));
-    let resources = c.resources.clone().unwrap();
-    for what in ["cpu", "memory"] {
-        assert!(resources.requests.as_ref().unwrap().contains_key(what));
-        assert!(resources.limits.as_ref().unwrap().contains_key(what));
-    }
-
-    // Probes on the metrics port, which is where the host serves them.
-    let port = c.ports.as_ref().unwrap().first().unwrap();
-    let metrics_port = flag(&c, "metrics-address").unwrap_or_else(|| "0.0.0.0:8080".into());
-    assert_eq!(
-        metrics_port.rsplit(':').next(),
-        Some(port.container_port.to_string().as_str())
-    );
-    for (probe, path) in [
-        (c.liveness_probe.clone(), "/healthz"),
-        (c.readiness_probe.clone(), "/readyz"),
-    ] {
-        let get = probe.unwrap().http_get.unwrap();
-        assert_eq!(get.path.as_deref(), Some(path));
-        use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-        let on_metrics = match &get.port {
-            IntOrString::String(name) => Some(name) == port.name.as_ref(),
-            IntOrString::Int(n) => *n == port.container_port,
+        let env = host_env();
+        for e in c.env.iter().flatten() {
+            assert!(
+                env.contains_key(&e.name),
+                "{what}: env {} is read by no flag of `wasmprov run` (known: {:?})",
+                e.name,
+                env.keys()
+            );
+        }
+        let field = |name: &str| {
+            c.env
+                .iter()
+                .flatten()
+                .find(|e| e.name == name)
+                .and_then(|e| e.value_from.as_ref()?.field_ref.as_ref())
+                .map(|f| f.field_path.clone())
         };
-        assert!(on_metrics, "{path} probes the metrics port");
+        assert_eq!(field("POD_NAME").as_deref(), Some("metadata.name"));
+        assert_eq!(
+            field("POD_NAMESPACE").as_deref(),
+            Some("metadata.namespace")
+        );
+        assert!(
+            flag(&c, "leader-election").is_none_or(|v| v == "true"),
+            "{what}: replicas elect a leader, node hosts a janitor"
+        );
+        assert!(
+            flag(&c, "provisioner-name").is_none(),
+            "{what}: the default names"
+        );
+        match w.side() {
+            RunsOn::Central => {
+                let d: Deployment = one(&objects, "Deployment").typed();
+                assert_eq!(d.spec.unwrap().replicas, Some(2));
+                assert_eq!(field("NODE_NAME"), None, "{what}: a central host");
+                assert_eq!(w.service_account(), "wasmprov");
+            }
+            RunsOn::Node => {
+                // Node mode: --node-name from the node the pod runs on, on
+                // every node whatever its taints.
+                assert_eq!(env["NODE_NAME"], ["node-name"]);
+                assert_eq!(field("NODE_NAME").as_deref(), Some("spec.nodeName"));
+                let tolerations = w.pod.tolerations.clone().unwrap_or_default();
+                assert!(
+                    tolerations
+                        .iter()
+                        .any(|t| t.operator.as_deref() == Some("Exists") && t.key.is_none()),
+                    "{what} tolerates every taint: {tolerations:?}"
+                );
+                assert_eq!(w.service_account(), "wasmprov-node");
+            }
+        }
+        let psc = w.pod.security_context.clone().unwrap();
+        assert_eq!(psc.run_as_non_root, Some(true));
+        assert_eq!(psc.run_as_user, Some(65532));
+        assert_eq!(psc.seccomp_profile.unwrap().type_, "RuntimeDefault");
+        let sc = c.security_context.clone().unwrap();
+        assert_eq!(sc.run_as_non_root, Some(true));
+        assert_eq!(sc.read_only_root_filesystem, Some(true));
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+        assert_eq!(sc.capabilities.unwrap().drop, Some(vec!["ALL".to_owned()]));
+        let resources = c.resources.clone().unwrap();
+        for what in ["cpu", "memory"] {
+            assert!(resources.requests.as_ref().unwrap().contains_key(what));
+            assert!(resources.limits.as_ref().unwrap().contains_key(what));
+        }
+        // The compiler child fits in the container's memory beside the host.
+        let limit =
+            wasmprov::quantity::parse_bytes(&resources.limits.as_ref().unwrap()["memory"].0)
+                .unwrap();
+        let compile = flag(&c, "compile-memory-limit").unwrap_or_else(|| "512Mi".into());
+        let compile = wasmprov::quantity::parse_bytes(&compile).unwrap();
+        assert!(
+            compile + 64 * 1024 * 1024 <= limit,
+            "{what}: --compile-memory-limit {compile} leaves the host too little of {limit}"
+        );
+
+        // Probes on the metrics port, which is where the host serves them.
+        let port = c.ports.as_ref().unwrap().first().unwrap();
+        let metrics_port = flag(&c, "metrics-address").unwrap_or_else(|| "0.0.0.0:8080".into());
+        assert_eq!(
+            metrics_port.rsplit(':').next(),
+            Some(port.container_port.to_string().as_str())
+        );
+        for (probe, path) in [
+            (c.liveness_probe.clone(), "/healthz"),
+            (c.readiness_probe.clone(), "/readyz"),
+        ] {
+            let get = probe.unwrap().http_get.unwrap();
+            assert_eq!(get.path.as_deref(), Some(path));
+            use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+            let on_metrics = match &get.port {
+                IntOrString::String(name) => Some(name) == port.name.as_ref(),
+                IntOrString::Int(n) => *n == port.container_port,
+            };
+            assert!(on_metrics, "{what}: {path} probes the metrics port");
+        }
     }
 }
 
 /// The pod's volume mounted at `path` (or a parent), and the path inside it.
 fn volume_at<'a>(
-    d: &'a Deployment,
+    pod: &'a PodSpec,
     path: &str,
 ) -> Option<(&'a k8s_openapi::api::core::v1::Volume, String)> {
-    let pod = d.spec.as_ref()?.template.spec.as_ref()?;
     let c = &pod.containers[0];
     let mount = c
         .volume_mounts
@@ -786,16 +895,14 @@ fn volume_at<'a>(
     Some((volume, rest))
 }
 
-#[test]
-fn the_policy_grants_what_the_deployment_mounts_and_the_classes_use() {
-    let objects = all_objects();
-    let d: Deployment = one(&objects, "Deployment").typed();
-    let c = container(&d);
-
-    // --policy is a key of the policy ConfigMap, mounted as a directory (a
-    // subPath mount would never see an update).
+/// The sandbox policy as the host `w` reads it: `--policy` a key of the
+/// policy ConfigMap mounted as a directory (a subPath mount would never see
+/// an update), its preopens made under `root` (the host checks that they
+/// exist), for `w`'s side.
+fn policy_of(objects: &[Object], w: &Workload, root: &Path) -> PolicySet {
+    let c = w.container();
     let policy_path = flag(&c, "policy").expect("--policy");
-    let (volume, key) = volume_at(&d, &policy_path).expect("--policy is on a mounted volume");
+    let (volume, key) = volume_at(&w.pod, &policy_path).expect("--policy is on a mounted volume");
     let cm_name = &volume.config_map.as_ref().expect("a configMap volume").name;
     let policy_cm: ConfigMap = objects
         .iter()
@@ -807,94 +914,138 @@ fn the_policy_grants_what_the_deployment_mounts_and_the_classes_use() {
         .iter()
         .flatten()
         .all(|m| m.sub_path.is_none()));
-    // The host checks that preopened directories exist: parse the policy as
-    // the container sees it, its mounts made under a temporary root.
-    let root = tempfile::tempdir().unwrap();
+    // Preopens and granted output paths name the container's mounts.
     let mut text = policy_cm.data.as_ref().unwrap()[&key].clone();
     for m in c.volume_mounts.iter().flatten() {
-        let local = root.path().join(m.mount_path.trim_start_matches('/'));
+        let local = root.join(m.mount_path.trim_start_matches('/'));
         std::fs::create_dir_all(&local).unwrap();
-        text = text.replace(
-            &format!("host: {}", m.mount_path),
-            &format!("host: {}", local.display()),
-        );
-    }
-    let policies = PolicySet::parse(&text, Path::new(&policy_path))
-        .unwrap_or_else(|e| panic!("the policy in {cm_name}: {e}"));
-    let in_container = |p: &Path| Path::new("/").join(p.strip_prefix(root.path()).unwrap());
-
-    // --plugins-dir is the projected volume of the plugin ConfigMaps, first
-    // in the list (deploy/README.md's patch appends to volumes/0).
-    let plugins_dir = flag(&c, "plugins-dir").expect("--plugins-dir");
-    let (volume, rest) = volume_at(&d, &plugins_dir).expect("--plugins-dir is mounted");
-    assert!(rest.is_empty());
-    let pod = d.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
-    assert_eq!(pod.volumes.as_ref().unwrap()[0].name, volume.name);
-    let sources: Vec<String> = volume
-        .projected
-        .as_ref()
-        .expect("a projected volume")
-        .sources
-        .iter()
-        .flatten()
-        .filter_map(|s| Some(s.config_map.as_ref()?.name.clone()))
-        .collect();
-    assert!(sources.contains(&"wasmprov-plugin-hostpath".to_owned()));
-
-    // --cache-dir is writable scratch space (the root filesystem is not).
-    let cache = flag(&c, "cache-dir").expect("--cache-dir");
-    assert!(volume_at(&d, &cache).unwrap().0.empty_dir.is_some());
-
-    // Every preopen is a hostPath volume mounted at the same path, so the
-    // path the plugin reports in a PersistentVolume is the node's.
-    for plugin in policies.plugin_names() {
-        for p in policies.sandbox_for(plugin).preopens {
-            let host = in_container(&p.host);
-            let host = host.to_str().unwrap();
-            let (volume, rest) = volume_at(&d, host)
-                .unwrap_or_else(|| panic!("preopen {host} of {plugin} is mounted in no volume"));
-            let node_path = &volume.host_path.as_ref().expect("a hostPath volume").path;
-            assert_eq!(
-                Path::new(node_path).join(&rest),
-                Path::new(host),
-                "mount {host} at its node path"
+        for (before, after) in [("host: ", "host: "), ("paths: [", "paths: [")] {
+            text = text.replace(
+                &format!("{before}{}", m.mount_path),
+                &format!("{after}{}", local.display()),
             );
         }
     }
+    PolicySet::parse_for(&text, Path::new(&policy_path), w.side()).unwrap_or_else(|e| {
+        panic!(
+            "the policy in {cm_name}, as {} {} reads it: {e}",
+            w.kind, w.name
+        )
+    })
+}
 
-    // Each class's hostRoot is the directory its plugin's policy preopens
-    // read-write at the guest path the plugin uses.
-    for o in objects.iter().filter(|o| o.kind() == "StorageClass") {
-        let class: StorageClass = o.typed();
-        assert_eq!(class.provisioner, "wasmprov.io/host");
-        let params = class.parameters.clone().unwrap();
-        let plugin = &params["plugin"];
-        let root = params
-            .get("root")
-            .cloned()
-            .unwrap_or_else(|| "/volumes".into());
-        let policy = policies.sandbox_for(plugin);
-        assert!(
-            policy
-                .preopens
-                .iter()
-                .any(|p| in_container(&p.host) == Path::new(&params["hostRoot"])
-                    && p.guest == root
-                    && p.mode == DirMode::ReadWrite),
-            "class {}: hostRoot {} is preopened read-write at {root}",
-            o.name(),
-            params["hostRoot"]
-        );
-    }
-    let modes: BTreeSet<(String, String)> = objects
+#[test]
+fn the_policy_grants_what_each_host_mounts_and_the_classes_use() {
+    let objects = all_objects();
+    let classes: Vec<StorageClass> = objects
         .iter()
         .filter(|o| o.kind() == "StorageClass")
-        .map(|o| {
-            let c: StorageClass = o.typed();
-            (c.volume_binding_mode.unwrap(), c.reclaim_policy.unwrap())
+        .map(Object::typed)
+        .collect();
+    let mut served = BTreeSet::new();
+    for w in workloads(&objects) {
+        let c = w.container();
+        let root = tempfile::tempdir().unwrap();
+        let policies = policy_of(&objects, &w, root.path());
+        let in_container = |p: &Path| Path::new("/").join(p.strip_prefix(root.path()).unwrap());
+
+        // --plugins-dir is the projected volume of the plugin ConfigMaps,
+        // first in the list (deploy/README.md's patch appends to volumes/0).
+        let plugins_dir = flag(&c, "plugins-dir").expect("--plugins-dir");
+        let (volume, rest) = volume_at(&w.pod, &plugins_dir).expect("--plugins-dir is mounted");
+        assert!(rest.is_empty());
+        assert_eq!(w.pod.volumes.as_ref().unwrap()[0].name, volume.name);
+        let sources: BTreeSet<String> = volume
+            .projected
+            .as_ref()
+            .expect("a projected volume")
+            .sources
+            .iter()
+            .flatten()
+            .filter_map(|s| Some(s.config_map.as_ref()?.name.clone()))
+            .collect();
+        // It mounts the ConfigMaps of the plugins its side serves, no other.
+        let wanted: BTreeSet<String> = policies
+            .plugin_names()
+            .map(package::config_map_name)
+            .collect();
+        assert_eq!(sources, wanted, "{} {}'s plugins", w.kind, w.name);
+
+        // --cache-dir is writable scratch space (the root filesystem is not).
+        let cache = flag(&c, "cache-dir").expect("--cache-dir");
+        assert!(volume_at(&w.pod, &cache).unwrap().0.empty_dir.is_some());
+
+        // Every preopen is a hostPath volume mounted at the same path, so
+        // the path the plugin reports in a PersistentVolume is the node's.
+        for plugin in policies.plugin_names() {
+            for p in policies.sandbox_for(plugin).preopens {
+                let host = in_container(&p.host);
+                let host = host.to_str().unwrap();
+                let (volume, rest) = volume_at(&w.pod, host).unwrap_or_else(|| {
+                    panic!("preopen {host} of {plugin} is mounted in no volume")
+                });
+                let node_path = &volume.host_path.as_ref().expect("a hostPath volume").path;
+                assert_eq!(
+                    Path::new(node_path).join(&rest),
+                    Path::new(host),
+                    "mount {host} at its node path"
+                );
+            }
+        }
+
+        // Each class of this side's provisioner names a plugin it serves,
+        // whose policy preopens the class's hostRoot read-write at the guest
+        // path the plugin uses.
+        for class in classes.iter().filter(|c| c.provisioner == w.provisioner()) {
+            let name = class.metadata.name.as_deref().unwrap();
+            let params = class.parameters.clone().unwrap();
+            let plugin = &params["plugin"];
+            policies
+                .serves(plugin)
+                .unwrap_or_else(|e| panic!("class {name}: {e}"));
+            let root = params
+                .get("root")
+                .cloned()
+                .unwrap_or_else(|| "/volumes".into());
+            let policy = policies.sandbox_for(plugin);
+            assert!(
+                policy
+                    .preopens
+                    .iter()
+                    .any(|p| in_container(&p.host) == Path::new(&params["hostRoot"])
+                        && p.guest == root
+                        && p.mode == DirMode::ReadWrite),
+                "class {name}: hostRoot {} is preopened read-write at {root}",
+                params["hostRoot"]
+            );
+            served.insert(name.to_owned());
+        }
+    }
+    let all: BTreeSet<String> = classes
+        .iter()
+        .map(|c| c.metadata.name.clone().unwrap())
+        .collect();
+    assert_eq!(served, all, "every class is served by one of the hosts");
+    // The node-local classes wait for the scheduler (no node host takes an
+    // Immediate claim): one per reclaim policy.
+    let modes: BTreeSet<(String, String)> = classes
+        .iter()
+        .map(|c| {
+            (
+                c.volume_binding_mode.clone().unwrap(),
+                c.reclaim_policy.clone().unwrap(),
+            )
         })
         .collect();
-    assert_eq!(modes.len(), 4, "each binding mode with each reclaim policy");
+    assert_eq!(
+        modes,
+        [
+            ("WaitForFirstConsumer", "Delete"),
+            ("WaitForFirstConsumer", "Retain")
+        ]
+        .map(|(a, b)| (a.to_owned(), b.to_owned()))
+        .into()
+    );
 }
 
 /// deploy/plugin-hostpath.yaml is what `wasmprov plugin pack` makes of the
@@ -962,6 +1113,8 @@ async fn apply_all(client: &Client, objects: &[Object]) {
         "ConfigMap",
         "PersistentVolumeClaim",
         "Deployment",
+        "DaemonSet",
+        "Pod",
     ];
     let mut ordered: Vec<&Object> = objects.iter().collect();
     ordered.sort_by_key(|o| {
@@ -997,7 +1150,7 @@ async fn apply_all(client: &Client, objects: &[Object]) {
 /// The simulator as the deploy tests want it.
 fn simulator_config() -> kube_sim::Config {
     kube_sim::Config {
-        nodes: vec![NODE.into()],
+        nodes: NODES.map(String::from).to_vec(),
         record_requests: true,
         // The PV controller annotates a claim whose class appears late at
         // its next resync (15 s on a real cluster): shorter here.
@@ -1028,11 +1181,15 @@ async fn the_manifests_apply_to_the_simulator() {
         .await
         .unwrap();
     assert_eq!(d.spec.unwrap().replicas, Some(2));
+    Api::<DaemonSet>::namespaced(client.clone(), &ns)
+        .get("wasmprov-node")
+        .await
+        .unwrap();
     let classes = Api::<StorageClass>::all(client.clone())
         .list(&Default::default())
         .await
         .unwrap();
-    assert_eq!(classes.items.len(), 4);
+    assert_eq!(classes.items.len(), 2);
     let cm: ConfigMap = Api::namespaced(client.clone(), &ns)
         .get("wasmprov-plugin-hostpath")
         .await
@@ -1052,13 +1209,13 @@ struct Pod {
 
 impl Pod {
     /// `node` holds the node's hostPath directories, shared by the pods.
-    async fn start(client: &Client, d: &Deployment, node: &Path) -> Pod {
+    async fn start(client: &Client, w: &Workload, node: &Path) -> Pod {
         let root = tempfile::tempdir().unwrap();
-        let pod = d.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+        let pod = &w.pod;
         let ns = namespace();
         let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
         let mut mounts = Vec::new();
-        for m in container(d).volume_mounts.iter().flatten() {
+        for m in w.container().volume_mounts.iter().flatten() {
             let v = pod
                 .volumes
                 .iter()
@@ -1142,11 +1299,18 @@ fn write_like_kubelet(dir: &Path, files: &BTreeMap<String, Vec<u8>>) {
     std::os::unix::fs::symlink(stamp, dir.join("..data")).unwrap();
 }
 
-/// One replica of the Deployment: `wasmprov run` with the container's args
-/// and env (downward API filled in as for pod `name`), its paths mapped into
-/// `pod`, talking to the simulator as the ServiceAccount.
-fn replica(d: &Deployment, pod: &Pod, name: &str, kubeconfig: &Path) -> Cli {
-    let c = container(d);
+/// One pod of a host: `wasmprov run` with the container's args and env
+/// (downward API filled in as for pod `name` on node `node`), its paths
+/// mapped into `pod`, talking to the API server as the ServiceAccount.
+fn replica(
+    w: &Workload,
+    pod: &Pod,
+    name: &str,
+    node: &str,
+    kubeconfig: &Path,
+    extra: &[&str],
+) -> Cli {
+    let c = w.container();
     let ns = namespace();
     let mut argv = vec!["wasmprov".to_owned()];
     for arg in c.args.iter().flatten() {
@@ -1169,6 +1333,7 @@ fn replica(d: &Deployment, pod: &Pod, name: &str, kubeconfig: &Path) -> Cli {
             (None, Some(from)) => match from.field_ref.as_ref().map(|f| f.field_path.as_str()) {
                 Some("metadata.name") => name.to_owned(),
                 Some("metadata.namespace") => ns.clone(),
+                Some("spec.nodeName") => node.to_owned(),
                 other => panic!("env {}: downward API field {other:?} not simulated", e.name),
             },
             _ => String::new(),
@@ -1177,6 +1342,7 @@ fn replica(d: &Deployment, pod: &Pod, name: &str, kubeconfig: &Path) -> Cli {
             argv.push(format!("--{flag}={value}"));
         }
     }
+    argv.extend(extra.iter().map(|a| a.to_string()));
     argv.push(format!("--kubeconfig={}", kubeconfig.display()));
     argv.push("--metrics-address=127.0.0.1:0".to_owned());
     // The host runs in this test process: plugins compile in the real binary.
@@ -1210,9 +1376,8 @@ impl Grant {
     }
 }
 
-/// The rules bound to the Deployment's ServiceAccount.
-fn grants(objects: &[Object], ns: &str) -> Vec<Grant> {
-    let sa = container_sa(objects);
+/// The rules bound to ServiceAccount `sa`.
+fn grants(objects: &[Object], ns: &str, sa: &str) -> Vec<Grant> {
     let expand = |rules: Vec<PolicyRule>, namespace: Option<String>| {
         let mut out = Vec::new();
         for rule in rules {
@@ -1244,11 +1409,9 @@ fn grants(objects: &[Object], ns: &str) -> Vec<Grant> {
         match o.kind() {
             "ClusterRoleBinding" => {
                 let b: ClusterRoleBinding = o.typed();
-                assert!(
-                    bound(&b.subjects),
-                    "{} binds the host's ServiceAccount",
-                    o.name()
-                );
+                if !bound(&b.subjects) {
+                    continue;
+                }
                 assert_eq!(b.role_ref.kind, "ClusterRole");
                 let role: ClusterRole = objects
                     .iter()
@@ -1259,11 +1422,9 @@ fn grants(objects: &[Object], ns: &str) -> Vec<Grant> {
             }
             "RoleBinding" => {
                 let b: RoleBinding = o.typed();
-                assert!(
-                    bound(&b.subjects),
-                    "{} binds the host's ServiceAccount",
-                    o.name()
-                );
+                if !bound(&b.subjects) {
+                    continue;
+                }
                 assert_eq!(b.role_ref.kind, "Role");
                 let role: Role = objects
                     .iter()
@@ -1276,17 +1437,6 @@ fn grants(objects: &[Object], ns: &str) -> Vec<Grant> {
         }
     }
     out
-}
-
-fn container_sa(objects: &[Object]) -> String {
-    let d: Deployment = one(objects, "Deployment").typed();
-    d.spec
-        .unwrap()
-        .template
-        .spec
-        .unwrap()
-        .service_account_name
-        .unwrap()
 }
 
 fn describe(r: &kube_sim::ApiRequest) -> String {
@@ -1369,24 +1519,27 @@ async fn install(api: &TestApi, client: &Client, api_source: bool) -> Vec<Object
     }
 }
 
-/// A kubeconfig for the host's replicas: on the real server the
+/// A kubeconfig file for the pods of `w`: on the real server the
 /// ServiceAccount's own token, as kubelet would mount it.
-async fn host_kubeconfig(api: &TestApi, ns: &str, service_account: &str) -> String {
-    match api {
-        TestApi::Simulated(sim) => sim.kubeconfig_with_token(HOST_TOKEN),
+async fn host_kubeconfig(api: &TestApi, w: &Workload, dir: &Path) -> PathBuf {
+    let text = match api {
+        TestApi::Simulated(sim) => sim.kubeconfig_with_token(&w.user()),
         TestApi::Real(cluster) => {
             let token = cluster
-                .service_account_token(ns, service_account)
+                .service_account_token(&namespace(), &w.service_account())
                 .await
                 .unwrap();
             cluster.kubeconfig_with_token(&token)
         }
-    }
+    };
+    let path = dir.join(format!("{}.kubeconfig", w.name));
+    std::fs::write(&path, text).unwrap();
+    path
 }
 
-/// The host's resource requests so far: the simulator's request log, or
-/// the real API server's audit log.
-fn host_requests(api: &TestApi) -> Vec<kube_sim::ApiRequest> {
+/// The resource requests of `user` so far: the simulator's request log,
+/// or the real API server's audit log.
+fn host_requests(api: &TestApi, user: &str) -> Vec<kube_sim::ApiRequest> {
     let all = match api {
         TestApi::Simulated(sim) => sim.requests(),
         TestApi::Real(cluster) => cluster
@@ -1403,20 +1556,152 @@ fn host_requests(api: &TestApi) -> Vec<kube_sim::ApiRequest> {
             })
             .collect(),
     };
-    all.into_iter().filter(|r| r.user == HOST_TOKEN).collect()
+    all.into_iter().filter(|r| r.user == user).collect()
 }
 
-/// Runs two replicas of the Deployment of deploy/ (with or without the API
-/// source) through the scenario and fails on any call the RBAC objects do
-/// not allow and on any rule the host never used.
+/// The backend the scenario adds to the central hosts, as deploy/README.md's
+/// "Add a backend" says: the hostpath plugin under another name, standing in
+/// for a network backend. Its directory plays a filesystem every node mounts
+/// at the same place (an NFS share), so its policy says
+/// `sharedFilesystem: true` and a central host may serve it on any cluster.
+const SHARED: &str = "shared";
+const SHARED_ROOT: &str = "/var/lib/wasmprov-shared";
+
+/// "Add a backend", steps 2 to 4, through the API as kubectl would: the
+/// plugin's ConfigMap, listed in the Deployment's plugins volume (with the
+/// API source, the ConfigMap is enough), the share mounted, a policy entry
+/// and a StorageClass.
+async fn add_a_shared_backend(client: &Client, api_source: bool) {
+    let ns = namespace();
+    let apply = PatchParams {
+        field_manager: Some("kubectl".into()),
+        field_validation: Some(ValidationDirective::Strict),
+        ..PatchParams::default()
+    };
+    let packed = support::pack(
+        Path::new(env!("CARGO_BIN_EXE_wasmprov")),
+        &support::rust_plugin_path("hostpath"),
+        SHARED,
+    );
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    for o in documents("plugin pack", std::str::from_utf8(&packed).unwrap()) {
+        configmaps
+            .patch(o.name(), &apply, &Patch::Apply(&o.value))
+            .await
+            .unwrap();
+    }
+    // The share mounted, and (the directory source) the ConfigMap listed in
+    // the plugins volume: deployment.yaml edited and applied again.
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    let mut d = deployments.get("wasmprov").await.unwrap();
+    let pod = d.spec.as_mut().unwrap().template.spec.as_mut().unwrap();
+    let volumes = pod.volumes.get_or_insert_with(Vec::new);
+    volumes.push(
+        serde_json::from_value(json!({"name": "share", "hostPath": {"path": SHARED_ROOT, "type": "DirectoryOrCreate"}}))
+            .unwrap(),
+    );
+    if !api_source {
+        let plugins = volumes.iter_mut().find(|v| v.name == "plugins").unwrap();
+        let projected = plugins.projected.as_mut().unwrap();
+        projected.sources.get_or_insert_with(Vec::new).push(
+            serde_json::from_value(
+                json!({"configMap": {"name": package::config_map_name(SHARED)}}),
+            )
+            .unwrap(),
+        );
+    }
+    pod.containers[0]
+        .volume_mounts
+        .get_or_insert_with(Vec::new)
+        .push(serde_json::from_value(json!({"name": "share", "mountPath": SHARED_ROOT})).unwrap());
+    deployments
+        .replace("wasmprov", &PostParams::default(), &d)
+        .await
+        .unwrap();
+    let mut policy = configmaps.get("wasmprov-policy").await.unwrap();
+    let text = policy
+        .data
+        .as_mut()
+        .unwrap()
+        .get_mut("policy.yaml")
+        .unwrap();
+    assert!(
+        text.contains("\nplugins:\n"),
+        "plugins: is the policy's last key"
+    );
+    text.push_str(&format!(
+        "  {SHARED}:
+    preopens:
+      - host: {SHARED_ROOT}
+        guest: /volumes
+        mode: read-write
+    recordParameters: [hostRoot, root]
+    output:
+      sources: [hostPath]
+      paths: [{SHARED_ROOT}]
+      sharedFilesystem: true
+"
+    ));
+    configmaps
+        .replace("wasmprov-policy", &PostParams::default(), &policy)
+        .await
+        .unwrap();
+    Api::<StorageClass>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &class(
+                SHARED,
+                CENTRAL_PROVISIONER,
+                SHARED,
+                SHARED_ROOT,
+                "Immediate",
+            ),
+        )
+        .await
+        .unwrap();
+}
+
+fn class(name: &str, provisioner: &str, plugin: &str, root: &str, binding: &str) -> StorageClass {
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "provisioner": provisioner,
+        "parameters": {"plugin": plugin, "hostRoot": root},
+        "reclaimPolicy": "Delete",
+        "volumeBindingMode": binding,
+        "allowVolumeExpansion": true,
+    }))
+    .unwrap()
+}
+
+/// A class like `base` under another name, with `root` as its plugin's
+/// guest root when given (one the policy does not grant: every call fails).
+fn class_like(base: &StorageClass, name: &str, root: Option<&str>) -> StorageClass {
+    let mut c = base.clone();
+    c.metadata = kube::api::ObjectMeta {
+        name: Some(name.into()),
+        ..Default::default()
+    };
+    if let Some(root) = root {
+        c.parameters
+            .as_mut()
+            .unwrap()
+            .insert("root".into(), root.into());
+    }
+    c
+}
+
+/// Runs the hosts of deploy/ (with or without the API source): two
+/// replicas of the Deployment, with a backend added, and one pod of the
+/// DaemonSet per node, through the scenario; fails on any call of either
+/// side that its RBAC objects do not allow and on any rule it never used.
 async fn the_host_calls_exactly_what_rbac_allows(server: Server, api_source: bool) {
-    // One scenario at a time: four replicas compiling and provisioning at
-    // once on a small machine only make the test slower to fail.
+    // One scenario at a time: four hosts compiling and provisioning at once
+    // on a small machine only make the test slower to fail.
     static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     let _one = ONE_AT_A_TIME.lock().await;
     let (cluster, client) = TestApi::start(
         server,
-        &[NODE],
+        &NODES,
         simulator_config(),
         test_cluster::Options {
             audit: true,
@@ -1426,55 +1711,83 @@ async fn the_host_calls_exactly_what_rbac_allows(server: Server, api_source: boo
     .await;
     let objects = install(&cluster, &client, api_source).await;
     let ns = namespace();
-    assert_eq!(container_sa(&objects), "wasmprov");
-    assert_eq!(HOST_TOKEN, format!("system:serviceaccount:{ns}:wasmprov"));
+    add_a_shared_backend(&client, api_source).await;
 
-    // Two replicas of the Deployment on one node, as the ServiceAccount.
-    let d: Deployment = one(&objects, "Deployment").typed();
-    // The node is this machine, as for a kubelet: the pods' hostPath
-    // volumes are the real directories, which the host checks a volume's
-    // path against (it refuses a hostPath it cannot see). Needs root.
+    // The Deployment as the user has it now, and the DaemonSet.
+    let deployment: Deployment = Api::namespaced(client.clone(), &ns)
+        .get("wasmprov")
+        .await
+        .unwrap();
+    let central = Workload {
+        kind: "Deployment".into(),
+        name: "wasmprov".into(),
+        pod: deployment.spec.unwrap().template.spec.unwrap(),
+    };
+    let node_hosts = workload(&objects, "DaemonSet");
+    // Every node is this machine, as for a kubelet: the pods' hostPath
+    // volumes are the real directories, which a host checks a volume's path
+    // against (it refuses a hostPath it cannot see). Needs root. The node
+    // hosts share the directory here; each still makes only its own node's
+    // volumes.
     let node = Path::new("/");
     let scratch = tempfile::tempdir().unwrap();
-    let kubeconfig = scratch.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        host_kubeconfig(&cluster, &ns, &container_sa(&objects)).await,
-    )
-    .unwrap();
     let mut pods = Vec::new();
     let mut hosts = Vec::new();
+    let mut start =
+        |w: &Workload, name: String, on: &str, kubeconfig: &Path, pod: Pod, extra: &[&str]| {
+            // The policy's preopens name container paths: map them too.
+            let policy = pod.local(&flag(&w.container(), "policy").unwrap()).unwrap();
+            let mut text = std::fs::read_to_string(&policy).unwrap();
+            for (mount, local) in &pod.mounts {
+                text = text.replace(
+                    &format!("host: {mount}"),
+                    &format!("host: {}", local.display()),
+                );
+            }
+            std::fs::write(&policy, text).unwrap();
+            let cli = replica(w, &pod, &name, on, kubeconfig, extra);
+            hosts.push(tokio::spawn(wasmprov::cli::run(cli)));
+            pods.push(pod);
+        };
+    let kubeconfig = host_kubeconfig(&cluster, &central, scratch.path()).await;
     for name in ["wasmprov-7d4f-a", "wasmprov-7d4f-b"] {
-        let pod = Pod::start(&client, &d, node).await;
-        // The policy's preopens name container paths: map them too.
-        let policy = pod.local(&flag(&container(&d), "policy").unwrap()).unwrap();
-        let mut text = std::fs::read_to_string(&policy).unwrap();
-        for (mount, local) in &pod.mounts {
-            text = text.replace(
-                &format!("host: {mount}"),
-                &format!("host: {}", local.display()),
-            );
-        }
-        std::fs::write(&policy, text).unwrap();
-        let cli = replica(&d, &pod, name, &kubeconfig);
-        hosts.push(tokio::spawn(wasmprov::cli::run(cli)));
-        pods.push(pod);
+        let pod = Pod::start(&client, &central, node).await;
+        start(&central, name.into(), NODES[0], &kubeconfig, pod, &[]);
     }
-    let volumes_dir = pods[0].local("/var/lib/wasmprov/hostpath").unwrap();
+    let kubeconfig = host_kubeconfig(&cluster, &node_hosts, scratch.path()).await;
+    let mut node_pods = BTreeSet::new();
+    for (i, on) in NODES.iter().enumerate() {
+        let pod = Pod::start(&client, &node_hosts, node).await;
+        let name = format!("wasmprov-node-{i}");
+        node_pods.insert(name.clone());
+        // Volumes of a gone node are reported after a second, not 30.
+        start(
+            &node_hosts,
+            name,
+            on,
+            &kubeconfig,
+            pod,
+            &["--gone-node-grace=1s"],
+        );
+    }
+    let volumes_dir = Path::new("/var/lib/wasmprov/hostpath");
 
     let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
     let volumes: Api<PersistentVolume> = Api::all(client.clone());
     let classes: Api<StorageClass> = Api::all(client.clone());
+    let events: Api<Event> = Api::all(client.clone());
     let pp = PostParams::default();
     let bound = |name: &'static str| {
         let claims = claims.clone();
+        let volumes = volumes.clone();
         async move {
-            eventually(&format!("claim {name} is Bound"), || async {
+            let pv = eventually(&format!("claim {name} is Bound"), || async {
                 let c = claims.get(name).await.ok()?;
                 (c.status?.phase? == "Bound").then_some(c.spec?.volume_name?)
             })
-            .await
+            .await;
+            volumes.get(&pv).await.unwrap()
         }
     };
     let claim = |name: &str, class: &str| -> PersistentVolumeClaim {
@@ -1485,8 +1798,246 @@ async fn the_host_calls_exactly_what_rbac_allows(server: Server, api_source: boo
         }))
         .unwrap()
     };
+    // A pod of claim `name` is scheduled: on the real server the scheduler
+    // picks a node for a pod; the simulator has none, so the test does.
+    let scheduled = |name: &'static str, node: &'static str| {
+        let (cluster, client, ns) = (&cluster, client.clone(), ns.clone());
+        async move {
+            match cluster {
+                TestApi::Simulated(sim) => sim.schedule_claim(&ns, name, node).await.unwrap(),
+                TestApi::Real(_) => support::create_pod(&client, &ns, name, name).await,
+            }
+        }
+    };
+    let selected_node = |name: &'static str| {
+        let claims = claims.clone();
+        async move {
+            claims
+                .get(name)
+                .await
+                .unwrap()
+                .annotations()
+                .get("volume.kubernetes.io/selected-node")
+                .cloned()
+                .unwrap()
+        }
+    };
+    let pinned_to = |pv: &PersistentVolume, node: &str| {
+        let affinity = serde_json::to_value(&pv.spec.as_ref().unwrap().node_affinity).unwrap();
+        assert_eq!(
+            affinity["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]["values"],
+            json!([node]),
+            "{} is pinned to {node}: {affinity}",
+            pv.name_any()
+        );
+    };
+    let warned = |reason: &'static str, regarding: String| {
+        let events = events.clone();
+        async move {
+            eventually(&format!("a {reason} event on {regarding}"), || async {
+                let list = events.list(&Default::default()).await.ok()?;
+                list.items
+                    .into_iter()
+                    .find(|e| {
+                        e.reason.as_deref() == Some(reason)
+                            && e.regarding.as_ref().and_then(|r| r.name.as_deref())
+                                == Some(regarding.as_str())
+                    })
+                    .map(|_| ())
+            })
+            .await
+        }
+    };
+    let repeated_failure = |claim: &'static str| {
+        let events = events.clone();
+        async move {
+            eventually(
+                &format!("a repeated ProvisioningFailed event of claim {claim}"),
+                || async {
+                    let list = events.list(&Default::default()).await.ok()?;
+                    list.items
+                        .into_iter()
+                        .find(|e| {
+                            e.reason.as_deref() == Some("ProvisioningFailed")
+                                && e.regarding.as_ref().and_then(|r| r.name.as_deref())
+                                    == Some(claim)
+                                && e.series.as_ref().is_some_and(|s| s.count >= 2)
+                        })
+                        .map(|_| ())
+                },
+            )
+            .await
+        }
+    };
+    let unselected = |name: &'static str| {
+        let claims = claims.clone();
+        async move {
+            eventually(
+                &format!("the gone node of {name} is unselected"),
+                || async {
+                    let c = claims.get(name).await.ok()?;
+                    (!c.annotations()
+                        .contains_key("volume.kubernetes.io/selected-node"))
+                    .then_some(())
+                },
+            )
+            .await
+        }
+    };
+    let gone = json!({"metadata": {"annotations": {"volume.kubernetes.io/selected-node": "gone"}}});
+    let grow = json!({"spec": {"resources": {"requests": {"storage": "2Gi"}}}});
+    let holds_2gi = |name: &'static str| {
+        let claims = claims.clone();
+        async move {
+            eventually(&format!("claim {name} holds 2Gi"), || async {
+                let status = claims.get(name).await.ok()?.status?;
+                (status.capacity?.get("storage")?.0 == "2Gi").then_some(())
+            })
+            .await
+        }
+    };
+    let deleted = |pv: String| {
+        let volumes = volumes.clone();
+        async move {
+            eventually(&format!("volume {pv} is deleted"), || async {
+                volumes.get_opt(&pv).await.ok()?.is_none().then_some(())
+            })
+            .await
+        }
+    };
 
-    // Leader election: one replica holds the Lease.
+    // ---- The node hosts (hostpath, node.wasmprov.io)
+    // Each holds its node's Lease; one of them is the janitor.
+    for (i, on) in NODES.iter().enumerate() {
+        let holder = eventually(
+            &format!("the node host of {on} holds its Lease"),
+            || async {
+                leases
+                    .get_opt(&format!("{NODE_PROVISIONER}.{on}"))
+                    .await
+                    .ok()??
+                    .spec?
+                    .holder_identity
+            },
+        )
+        .await;
+        assert_eq!(holder, format!("wasmprov-node-{i}"));
+    }
+    let janitor = eventually("a node host is the janitor", || async {
+        leases
+            .get_opt(&format!("{NODE_PROVISIONER}-janitor"))
+            .await
+            .ok()??
+            .spec?
+            .holder_identity
+    })
+    .await;
+    assert!(node_pods.contains(&janitor), "{janitor}");
+
+    // deploy/claim.yaml's claim, made on the node its pod was scheduled to.
+    if matches!(cluster, TestApi::Simulated(_)) {
+        scheduled("demo", NODES[0]).await;
+    }
+    let demo_pv = bound("demo").await;
+    pinned_to(&demo_pv, &selected_node("demo").await);
+    assert!(volumes_dir.join(demo_pv.name_any()).is_dir());
+    let reloaded = if api_source {
+        Some(new_version_through_the_api(&client, &node_hosts, &events, &node_pods).await)
+    } else {
+        None
+    };
+    // Retain, on the other node.
+    claims
+        .create(&pp, &claim("kept", "hostpath-retain"))
+        .await
+        .unwrap();
+    scheduled("kept", NODES[1]).await;
+    let kept_pv = bound("kept").await;
+    pinned_to(&kept_pv, &selected_node("kept").await);
+    if let Some(digest) = reloaded {
+        assert_eq!(
+            kept_pv.annotations().get("wasmprov.io/plugin-digest"),
+            Some(&digest),
+            "the new version provisions"
+        );
+    }
+    // A selected node that is gone: the janitor asks for another one.
+    claims
+        .create(&pp, &claim("moved", "hostpath"))
+        .await
+        .unwrap();
+    claims
+        .patch("moved", &PatchParams::default(), &Patch::Merge(&gone))
+        .await
+        .unwrap();
+    unselected("moved").await;
+    // A claim of a class that does not exist yet is provisioned once it
+    // does (the PV controller hands it over then; the class watch has it).
+    claims.create(&pp, &claim("early", "late")).await.unwrap();
+    let hostpath: StorageClass = objects
+        .iter()
+        .find(|o| o.kind() == "StorageClass" && o.name() == "hostpath")
+        .unwrap()
+        .typed();
+    classes
+        .create(&pp, &class_like(&hostpath, "late", None))
+        .await
+        .unwrap();
+    scheduled("early", NODES[0]).await;
+    bound("early").await;
+    // A failing plugin call, retried: the same event again is a series.
+    classes
+        .create(&pp, &class_like(&hostpath, "broken", Some("/not-granted")))
+        .await
+        .unwrap();
+    claims.create(&pp, &claim("fails", "broken")).await.unwrap();
+    scheduled("fails", NODES[1]).await;
+    repeated_failure("fails").await;
+    // Growing a volume: the claim's status and the volume are patched.
+    claims
+        .patch("kept", &PatchParams::default(), &Patch::Merge(&grow))
+        .await
+        .unwrap();
+    holds_2gi("kept").await;
+    // A Released volume of a node that is gone: kept, and reported.
+    let orphan: PersistentVolume = serde_json::from_value(json!({
+        "metadata": {"name": "pvc-of-a-gone-node",
+                     "annotations": {"pv.kubernetes.io/provisioned-by": NODE_PROVISIONER}},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Delete",
+            "storageClassName": "hostpath",
+            "hostPath": {"path": "/var/lib/wasmprov/hostpath/pvc-of-a-gone-node"},
+            "claimRef": {"namespace": ns, "name": "long-gone", "uid": "6a1c3f0e-0000-4000-8000-000000000000"},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": ["gone-node"]}]}]}},
+        },
+    }))
+    .unwrap();
+    volumes.create(&pp, &orphan).await.unwrap();
+    warned("VolumeNodeGone", orphan.name_any()).await;
+    assert!(volumes.get_opt(&orphan.name_any()).await.unwrap().is_some());
+    // Reclaim (Delete): storage, volume and our finalizer go, once the demo
+    // pod is (at once: on the real server no kubelet confirms its end).
+    Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), &ns)
+        .delete(
+            "demo",
+            &DeleteParams {
+                grace_period_seconds: Some(0),
+                ..DeleteParams::default()
+            },
+        )
+        .await
+        .unwrap();
+    claims
+        .delete("demo", &DeleteParams::default())
+        .await
+        .unwrap();
+    deleted(demo_pv.name_any()).await;
+    assert!(!volumes_dir.join(demo_pv.name_any()).exists());
+
+    // ---- The central replicas (the added backend, wasmprov.io/host)
     let holder = eventually("a replica holds the leader Lease", || async {
         leases
             .get_opt("wasmprov.io-host")
@@ -1497,188 +2048,139 @@ async fn the_host_calls_exactly_what_rbac_allows(server: Server, api_source: boo
     })
     .await;
     assert!(holder.starts_with("wasmprov-7d4f-"), "{holder}");
+    claims
+        .create(&pp, &claim("shared-data", SHARED))
+        .await
+        .unwrap();
+    let shared_pv = bound("shared-data").await;
+    assert!(Path::new(SHARED_ROOT).join(shared_pv.name_any()).is_dir());
+    assert!(
+        shared_pv.spec.as_ref().unwrap().node_affinity.is_none(),
+        "every node mounts the share"
+    );
+    // WaitForFirstConsumer: the selected node is read; a gone one cleared.
+    let shared: StorageClass = classes.get(SHARED).await.unwrap();
+    let mut wffc = class_like(&shared, "shared-wffc", None);
+    wffc.volume_binding_mode = Some("WaitForFirstConsumer".into());
+    classes.create(&pp, &wffc).await.unwrap();
+    claims
+        .create(&pp, &claim("shared-local", "shared-wffc"))
+        .await
+        .unwrap();
+    scheduled("shared-local", NODES[1]).await;
+    bound("shared-local").await;
+    claims
+        .create(&pp, &claim("shared-moved", "shared-wffc"))
+        .await
+        .unwrap();
+    claims
+        .patch(
+            "shared-moved",
+            &PatchParams::default(),
+            &Patch::Merge(&gone),
+        )
+        .await
+        .unwrap();
+    unselected("shared-moved").await;
+    classes
+        .create(
+            &pp,
+            &class_like(&shared, "shared-broken", Some("/not-granted")),
+        )
+        .await
+        .unwrap();
+    claims
+        .create(&pp, &claim("shared-fails", "shared-broken"))
+        .await
+        .unwrap();
+    repeated_failure("shared-fails").await;
+    claims
+        .patch("shared-data", &PatchParams::default(), &Patch::Merge(&grow))
+        .await
+        .unwrap();
+    holds_2gi("shared-data").await;
+    claims
+        .delete("shared-data", &DeleteParams::default())
+        .await
+        .unwrap();
+    deleted(shared_pv.name_any()).await;
+    assert!(!Path::new(SHARED_ROOT).join(shared_pv.name_any()).exists());
 
-    // Immediate / Delete: the sample claim deploy/claim.yaml.
-    let demo_pv = bound("demo").await;
-    assert!(Path::new(&volumes_dir).join(&demo_pv).is_dir());
-    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
-    let reloaded = if api_source {
-        Some(new_version_through_the_api(&client, &d, &events).await)
-    } else {
-        None
-    };
-    // Immediate / Retain.
-    claims
-        .create(&pp, &claim("kept", "hostpath-retain"))
-        .await
-        .unwrap();
-    let kept_pv = volumes.get(&bound("kept").await).await.unwrap();
-    if let Some(digest) = reloaded {
-        assert_eq!(
-            kept_pv.annotations().get("wasmprov.io/plugin-digest"),
-            Some(&digest),
-            "the new version provisions"
-        );
-    }
-    // WaitForFirstConsumer: the selected node is read.
-    claims
-        .create(&pp, &claim("local", "hostpath-local"))
-        .await
-        .unwrap();
-    cluster
-        .use_claim_in_a_pod(&client, &ns, "local", NODE)
+    // The Leases are renewed.
+    for lease in [
+        "wasmprov.io-host".to_owned(),
+        format!("{NODE_PROVISIONER}.{}", NODES[0]),
+        format!("{NODE_PROVISIONER}-janitor"),
+    ] {
+        eventually(&format!("Lease {lease} is renewed"), || async {
+            let spec = leases.get_opt(&lease).await.ok()??.spec?;
+            (spec.renew_time? != spec.acquire_time?).then_some(())
+        })
         .await;
-    let local_pv = volumes.get(&bound("local").await).await.unwrap();
-    assert!(serde_json::to_string(&local_pv.spec.unwrap().node_affinity)
-        .unwrap()
-        .contains(NODE));
-
-    // A selected node that is gone: the host asks for another one.
-    claims
-        .create(&pp, &claim("moved", "hostpath-local"))
-        .await
-        .unwrap();
-    let gone = json!({"metadata": {"annotations": {"volume.kubernetes.io/selected-node": "gone"}}});
-    claims
-        .patch("moved", &PatchParams::default(), &Patch::Merge(&gone))
-        .await
-        .unwrap();
-    eventually("the gone node is unselected", || async {
-        let c = claims.get("moved").await.ok()?;
-        (!c.annotations()
-            .contains_key("volume.kubernetes.io/selected-node"))
-        .then_some(())
-    })
-    .await;
-
-    // A claim of a class that does not exist yet is provisioned once it
-    // does (the PV controller hands it over then; the class watch has it).
-    claims.create(&pp, &claim("early", "late")).await.unwrap();
-    let mut late: StorageClass = objects
-        .iter()
-        .find(|o| o.kind() == "StorageClass" && o.name() == "hostpath")
-        .unwrap()
-        .typed();
-    late.metadata = kube::api::ObjectMeta {
-        name: Some("late".into()),
-        ..Default::default()
-    };
-    classes.create(&pp, &late).await.unwrap();
-    bound("early").await;
-
-    // A failing plugin call, retried: the same event again is a series.
-    let mut broken = late.clone();
-    broken.metadata.name = Some("broken".into());
-    broken
-        .parameters
-        .as_mut()
-        .unwrap()
-        .insert("root".into(), "/not-granted".into());
-    classes.create(&pp, &broken).await.unwrap();
-    claims.create(&pp, &claim("fails", "broken")).await.unwrap();
-    eventually(
-        "a repeated ProvisioningFailed event of claim fails",
-        || async {
-            let list = events.list(&Default::default()).await.ok()?;
-            list.items
-                .into_iter()
-                .find(|e| {
-                    e.reason.as_deref() == Some("ProvisioningFailed")
-                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("fails")
-                        && e.series.as_ref().is_some_and(|s| s.count >= 2)
-                })
-                .map(|_| ())
-        },
-    )
-    .await;
-
-    // Growing a volume: the claim's status and the volume are patched.
-    let grow = json!({"spec": {"resources": {"requests": {"storage": "2Gi"}}}});
-    claims
-        .patch("kept", &PatchParams::default(), &Patch::Merge(&grow))
-        .await
-        .unwrap();
-    eventually("claim kept holds 2Gi", || async {
-        let status = claims.get("kept").await.ok()?.status?;
-        (status.capacity?.get("storage")?.0 == "2Gi").then_some(())
-    })
-    .await;
-
-    // Reclaim (Delete): storage, volume and our finalizer go.
-    claims
-        .delete("demo", &DeleteParams::default())
-        .await
-        .unwrap();
-    eventually("the demo volume is deleted", || async {
-        volumes
-            .get_opt(&demo_pv)
-            .await
-            .ok()?
-            .is_none()
-            .then_some(())
-    })
-    .await;
-    assert!(!Path::new(&volumes_dir).join(&demo_pv).exists());
-
-    // The leader renews its Lease.
-    eventually("the leader renews the Lease", || async {
-        let spec = leases.get_opt("wasmprov.io-host").await.ok()??.spec?;
-        (spec.renew_time? != spec.acquire_time?).then_some(())
-    })
-    .await;
+    }
 
     for h in &hosts {
-        assert!(!h.is_finished(), "a replica stopped: {h:?}");
+        assert!(!h.is_finished(), "a host stopped: {h:?}");
         h.abort();
     }
 
-    // Every call the host made is allowed; every rule was needed.
-    let grants = grants(&objects, &ns);
-    let requests = host_requests(&cluster);
-    if let TestApi::Real(real) = &cluster {
-        denied_outside_its_roles(real, &ns, &container_sa(&objects)).await;
-    }
-    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
-    for r in &requests {
-        let key = format!(
-            "{} {}/{} ns={:?}",
-            r.verb, r.api_group, r.resource, r.namespace
-        );
-        *seen.entry(key).or_default() += 1;
-    }
-    eprintln!("the host's requests: {seen:#?}");
-    let missing: BTreeSet<String> = requests
-        .iter()
-        .filter(|r| !grants.iter().any(|g| g.allows(r)))
-        .map(describe)
-        .collect();
-    assert!(
-        missing.is_empty(),
-        "the RBAC objects (deploy/rbac.yaml{}) do not allow these calls of the host:\n{}",
-        if api_source {
+    // Each side: every call it made is allowed; every rule was needed.
+    for w in [&central, &node_hosts] {
+        let sa = w.service_account();
+        let grants = grants(&objects, &ns, &sa);
+        let requests = host_requests(&cluster, &w.user());
+        if let TestApi::Real(real) = &cluster {
+            denied_outside_its_roles(real, &ns, &sa).await;
+        }
+        let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+        for r in &requests {
+            let key = format!(
+                "{} {}/{} ns={:?}",
+                r.verb, r.api_group, r.resource, r.namespace
+            );
+            *seen.entry(key).or_default() += 1;
+        }
+        eprintln!("the requests of {} {}: {seen:#?}", w.kind, w.name);
+        let rbac = match w.side() {
+            RunsOn::Central => "deploy/rbac.yaml",
+            RunsOn::Node => "deploy/rbac-node.yaml",
+        };
+        let also = if api_source {
             ", deploy/api-source/rbac.yaml"
         } else {
             ""
-        },
-        missing.into_iter().collect::<Vec<_>>().join("\n")
-    );
-    let mut unused = Vec::new();
-    for g in &grants {
-        let used = requests.iter().any(|r| g.allows(r));
-        let excused = UNEXERCISED.iter().any(|(group, resource, verb, _)| {
-            g.group == *group && g.resource == *resource && g.verb == *verb
-        });
-        // An excused rule may still be used now and then (a race).
-        if !used && !excused {
-            unused.push(format!("{g:?}"));
+        };
+        let missing: BTreeSet<String> = requests
+            .iter()
+            .filter(|r| !grants.iter().any(|g| g.allows(r)))
+            .map(describe)
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "the RBAC objects ({rbac}{also}) do not allow these calls of {} {}:\n{}",
+            w.kind,
+            w.name,
+            missing.into_iter().collect::<Vec<_>>().join("\n")
+        );
+        let mut unused = Vec::new();
+        for g in &grants {
+            let used = requests.iter().any(|r| g.allows(r));
+            let excused = UNEXERCISED.iter().any(|(group, resource, verb, _)| {
+                g.group == *group && g.resource == *resource && g.verb == *verb
+            });
+            // An excused rule may still be used now and then (a race).
+            if !used && !excused {
+                unused.push(format!("{g:?}"));
+            }
         }
+        assert!(
+            unused.is_empty(),
+            "the RBAC objects ({rbac}{also}) grant {} {} what it never did (remove it, or exercise it):\n{}",
+            w.kind,
+            w.name,
+            unused.join("\n")
+        );
     }
-    assert!(
-        unused.is_empty(),
-        "the RBAC objects (deploy/rbac.yaml{}) grant what the host never did (remove it, or exercise it):\n{}",
-        if api_source { ", deploy/api-source/rbac.yaml" } else { "" },
-        unused.join("\n")
-    );
 }
 
 /// The real RBAC authorizer refuses the host's ServiceAccount what its
@@ -1726,15 +2228,17 @@ async fn denied_outside_its_roles(cluster: &test_cluster::Cluster, ns: &str, sa:
     );
 }
 
-/// The API-source variant's reload: the replicas serve hostpath from its
-/// ConfigMap (a PluginLoaded event from each), then a new version applied to
-/// that ConfigMap replaces it in both. Returns the new version's digest.
+/// The API-source variant's reload: the node hosts (`pods` of `w`) serve
+/// hostpath from its ConfigMap (a PluginLoaded event from each), then a new
+/// version applied to that ConfigMap replaces it in all. Returns the new
+/// version's digest.
 async fn new_version_through_the_api(
     client: &Client,
-    d: &Deployment,
+    w: &Workload,
     events: &Api<Event>,
+    pods: &BTreeSet<String>,
 ) -> String {
-    let c = container(d);
+    let c = w.container();
     assert!(
         c.args.iter().flatten().any(|a| a == "--plugin-configmaps"),
         "{:?}",
@@ -1747,7 +2251,7 @@ async fn new_version_through_the_api(
     let cm = package::config_map_name("hostpath");
     let wasm = std::fs::read(support::rust_plugin_path("hostpath")).unwrap();
     let v1 = support::digest(&wasm);
-    plugin_loaded_everywhere(events, &cm, &format!("version {v1} serves")).await;
+    plugin_loaded_everywhere(events, &cm, &format!("version {v1} serves"), pods).await;
 
     let v2_wasm = support::variant(&wasm, "deploy.rs: a new version");
     let v2 = support::digest(&v2_wasm);
@@ -1769,15 +2273,27 @@ async fn new_version_through_the_api(
         .patch(&cm, &params, &Patch::Apply(&packed.config_maps[0]))
         .await
         .unwrap();
-    plugin_loaded_everywhere(events, &cm, &format!("version {v2} serves, replacing {v1}")).await;
+    plugin_loaded_everywhere(
+        events,
+        &cm,
+        &format!("version {v2} serves, replacing {v1}"),
+        pods,
+    )
+    .await;
     v2
 }
 
 /// Waits for a PluginLoaded event on ConfigMap `cm` whose note contains
-/// `text` from each of the two replicas.
-async fn plugin_loaded_everywhere(events: &Api<Event>, cm: &str, text: &str) {
+/// `text` from each of `pods`, and no other (the central hosts do not serve
+/// a node plugin).
+async fn plugin_loaded_everywhere(
+    events: &Api<Event>,
+    cm: &str,
+    text: &str,
+    pods: &BTreeSet<String>,
+) {
     eventually(
-        &format!("both replicas report PluginLoaded {text:?} on {cm}"),
+        &format!("{pods:?} report PluginLoaded {text:?} on {cm}"),
         || async {
             let reporters: BTreeSet<String> = events
                 .list(&Default::default())
@@ -1793,7 +2309,7 @@ async fn plugin_loaded_everywhere(events: &Api<Event>, cm: &str, text: &str) {
                 })
                 .filter_map(|e| e.reporting_instance)
                 .collect();
-            (reporters.len() == 2).then_some(())
+            (reporters == *pods).then_some(())
         },
     )
     .await;

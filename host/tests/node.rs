@@ -1,11 +1,12 @@
 //! wasmprov as users run it, on a real node: `kubectl apply --server-side
-//! -k deploy/` starts the provisioner Pods from the image built by
-//! `deploy/image/build.sh` (no container engine), with their ServiceAccount
-//! token and the plugin ConfigMap mounted by the kubelet; an app Pod writes
-//! to the volume they make; a plugin update arrives through the kubelet's
-//! `..data` swap; killing the leader's container in a burst of claims loses
-//! and leaks nothing; and a plugin and a tenant's Pod together cannot
-//! reach the node (node/sandbox.rs).
+//! -k deploy/` starts the central replicas and the node host from the image
+//! built by `deploy/image/build.sh` (no container engine), with their
+//! ServiceAccount tokens and the plugin ConfigMap mounted by the kubelet;
+//! deploy/'s demo Pod and an app Pod write to the volumes the node host
+//! makes; a plugin update arrives through the kubelet's `..data` swap;
+//! killing the node host's container in a burst of claims loses and leaks
+//! nothing; and a plugin and a tenant's Pod together cannot reach the node
+//! (node/sandbox.rs).
 //!
 //! The node is test_cluster's (containerd, kubelet, kube-proxy, Debian's
 //! runc and CNI plugins): it needs root, as CI has. Its hostPath volumes are
@@ -23,7 +24,9 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ContainerStatus, PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{DeleteParams, ListParams};
 use kube::{Api, Client, ResourceExt};
-use support::node::{apply, apply_in, not_serving, replicas, run, served_digest, LIMIT, NS};
+use support::node::{
+    apply, apply_in, node_hosts, not_serving, replicas, run, served_digest, LIMIT, NS,
+};
 use support::{eventually_within, workspace_root};
 use test_cluster::{Cluster, NODE_NAME};
 
@@ -31,7 +34,7 @@ use test_cluster::{Cluster, NODE_NAME};
 const HOST_ROOT: &str = "/var/lib/wasmprov/hostpath";
 
 /// One cluster, deploy/ applied once, the scenarios in turn (each watches
-/// the whole Deployment). The cluster is dropped at the end, even when a
+/// the whole install). The cluster is dropped at the end, even when a
 /// scenario fails: its node's containers and mounts must not outlive the
 /// test (a static would never be dropped).
 #[tokio::test(flavor = "multi_thread")]
@@ -40,10 +43,10 @@ async fn deploy_runs_on_a_real_node() {
         tokio::task::spawn_blocking(|| support::node::deploy(&workspace_root().join("deploy")))
             .await
             .expect("deploying on a real node");
-    the_replicas_run_from_the_image_as_the_containerfile_says(&cluster).await;
-    an_app_pod_writes_to_a_volume_the_deployed_provisioner_made(&cluster).await;
+    the_hosts_run_from_the_image_as_the_containerfile_says(&cluster).await;
+    app_pods_write_to_volumes_the_node_host_made(&cluster).await;
     a_plugin_update_reaches_the_pods_through_the_kubelet(&cluster).await;
-    killing_the_leader_in_a_burst_of_claims_loses_and_leaks_nothing(&cluster).await;
+    killing_the_node_host_in_a_burst_of_claims_loses_and_leaks_nothing(&cluster).await;
     sandbox::a_plugin_and_a_tenants_pod_cannot_reach_the_node(&cluster).await;
 }
 
@@ -57,9 +60,24 @@ fn claim(ns: &str, name: &str, class: &str) -> String {
     )
 }
 
+/// A claim whose node is already chosen, as the scheduler writes it when a
+/// pod of the claim is scheduled (the classes wait for a consumer): for
+/// claims no pod uses.
+fn claim_on_the_node(ns: &str, name: &str, class: &str) -> String {
+    claim(ns, name, class).replace(
+        &format!("  namespace: {ns}\n"),
+        &format!("  namespace: {ns}\n  annotations:\n    volume.kubernetes.io/selected-node: {NODE_NAME}\n"),
+    )
+}
+
 /// A busybox Pod that writes `text` into `/data/hello` on the claim and
 /// stays up.
 fn writer_pod(ns: &str, name: &str, claim: &str, text: &str) -> String {
+    writer_pod_as(ns, name, claim, text, "{}")
+}
+
+/// [`writer_pod`] with the pod's `securityContext` (JSON).
+fn writer_pod_as(ns: &str, name: &str, claim: &str, text: &str, security: &str) -> String {
     format!(
         r#"apiVersion: v1
 kind: Pod
@@ -68,6 +86,7 @@ metadata:
   namespace: {ns}
 spec:
   terminationGracePeriodSeconds: 1
+  securityContext: {security}
   containers:
     - name: app
       image: docker.io/library/busybox:1.37
@@ -200,12 +219,14 @@ fn host_pid(cluster: &Cluster, container: &ContainerStatus) -> String {
         .to_owned()
 }
 
-/// Both replicas ready and never restarted (probes pass), from the image
-/// deploy/image/build.sh made, their process running as 65532 on the node.
-async fn the_replicas_run_from_the_image_as_the_containerfile_says(cluster: &Cluster) {
+/// Both central replicas and the node host ready and never restarted
+/// (probes pass), from the image deploy/image/build.sh made, their process
+/// running as 65532 on the node.
+async fn the_hosts_run_from_the_image_as_the_containerfile_says(cluster: &Cluster) {
     let client = cluster.client().await.unwrap();
     let pods = replicas(&client).await;
-    assert_eq!(pods.len(), 2, "{pods:?}");
+    assert_eq!(pods.len(), 3, "{pods:?}");
+    assert_eq!(node_hosts(&client).await.len(), 1);
     for pod in &pods {
         let c = host_container(&client, pod).await;
         assert!(c.ready, "{pod} is not ready: {c:?}");
@@ -225,13 +246,20 @@ async fn the_replicas_run_from_the_image_as_the_containerfile_says(cluster: &Clu
     }
 }
 
-async fn an_app_pod_writes_to_a_volume_the_deployed_provisioner_made(cluster: &Cluster) {
+async fn app_pods_write_to_volumes_the_node_host_made(cluster: &Cluster) {
     let client = cluster.client().await.unwrap();
 
-    // deploy/claim.yaml's sample claim.
+    // deploy/claim.yaml's demo claim and pod: the pod's output is on the node.
     let demo = bound_volume(&client, NS, "demo").await;
-    assert!(host_path(&demo).is_dir(), "{}", host_path(&demo).display());
+    running(&client, NS, "demo").await;
+    let demo_file = host_path(&demo).join("hello");
+    eventually_within(LIMIT, "the demo pod's file on the node", || {
+        let file = demo_file.clone();
+        async move { std::fs::read_to_string(file).ok().filter(|t| !t.is_empty()) }
+    })
+    .await;
 
+    // Provisioned for, and pinned to, the pod's node by its node host.
     let ns = "e2e-app";
     apply(cluster, &namespace(ns));
     apply(cluster, &claim(ns, "data", "hostpath"));
@@ -240,13 +268,25 @@ async fn an_app_pod_writes_to_a_volume_the_deployed_provisioner_made(cluster: &C
         &writer_pod(ns, "writer", "data", "hello-from-a-pod"),
     );
     let volume = bound_volume(&client, ns, "data").await;
-    running(&client, ns, "writer").await;
-    let file = host_path(&volume).join("hello");
+    let pod = running(&client, ns, "writer").await;
+    assert_eq!(pod.spec.unwrap().node_name.as_deref(), Some(NODE_NAME));
     assert!(
         host_path(&volume).starts_with(HOST_ROOT),
         "{}",
         host_path(&volume).display()
     );
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    let selected = claims
+        .get("data")
+        .await
+        .unwrap()
+        .annotations()
+        .get("volume.kubernetes.io/selected-node")
+        .cloned();
+    assert_eq!(selected.as_deref(), Some(NODE_NAME));
+    let affinity = serde_json::to_string(&volume.spec.as_ref().unwrap().node_affinity).unwrap();
+    assert!(affinity.contains(NODE_NAME), "node affinity {affinity}");
+    let file = host_path(&volume).join("hello");
     let text = eventually_within(LIMIT, "the pod's file on the node", || {
         let file = file.clone();
         async move { std::fs::read_to_string(file).ok() }
@@ -254,38 +294,43 @@ async fn an_app_pod_writes_to_a_volume_the_deployed_provisioner_made(cluster: &C
     .await;
     assert_eq!(text.trim(), "hello-from-a-pod");
 
-    // WaitForFirstConsumer: provisioned for, and pinned to, the pod's node.
-    apply(cluster, &claim(ns, "local", "hostpath-local"));
-    apply(cluster, &writer_pod(ns, "local-writer", "local", "pinned"));
-    let local = bound_volume(&client, ns, "local").await;
-    let pod = running(&client, ns, "local-writer").await;
-    assert_eq!(pod.spec.unwrap().node_name.as_deref(), Some(NODE_NAME));
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
-    let selected = claims
-        .get("local")
-        .await
-        .unwrap()
-        .annotations()
-        .get("volume.kubernetes.io/selected-node")
-        .cloned();
-    assert_eq!(selected.as_deref(), Some(NODE_NAME));
-    let affinity = serde_json::to_string(&local.spec.as_ref().unwrap().node_affinity).unwrap();
-    assert!(affinity.contains(NODE_NAME), "node affinity {affinity}");
-    let local_file = host_path(&local).join("hello");
-    let text = eventually_within(LIMIT, "the pinned pod's file on the node", || {
-        let file = local_file.clone();
-        async move { std::fs::read_to_string(file).ok() }
-    })
-    .await;
-    assert_eq!(text.trim(), "pinned");
+    // Pods of any user write to the shipped classes' volumes: the kubelet
+    // applies no fsGroup to hostPath, the host gives each directory the
+    // class's mode (0777).
+    let mut dirs = vec![host_path(&volume)];
+    let users = [
+        ("uid-1000", r#"{"runAsUser": 1000, "runAsGroup": 1000}"#),
+        (
+            "uid-2000-fsgroup",
+            r#"{"runAsUser": 2000, "runAsGroup": 2000, "fsGroup": 3000}"#,
+        ),
+        ("nobody", r#"{"runAsUser": 65534, "runAsGroup": 65534}"#),
+        ("root", r#"{"runAsUser": 0}"#),
+    ];
+    for (who, security) in users {
+        apply(cluster, &claim(ns, who, "hostpath"));
+        apply(cluster, &writer_pod_as(ns, who, who, who, security));
+    }
+    for (who, _) in users {
+        let volume = bound_volume(&client, ns, who).await;
+        running(&client, ns, who).await;
+        let file = host_path(&volume).join("hello");
+        let text = eventually_within(LIMIT, &format!("the file of the pod as {who}"), || {
+            let file = file.clone();
+            async move { std::fs::read_to_string(file).ok() }
+        })
+        .await;
+        assert_eq!(text.trim(), who);
+        dirs.push(host_path(&volume));
+    }
 
-    delete_all(&client, ns, &[host_path(&volume), host_path(&local)]).await;
+    delete_all(&client, ns, &dirs).await;
 }
 
 async fn a_plugin_update_reaches_the_pods_through_the_kubelet(cluster: &Cluster) {
     let client = cluster.client().await.unwrap();
-    let pods = replicas(&client).await;
-    assert_eq!(pods.len(), 2, "{pods:?}");
+    let pods = node_hosts(&client).await;
+    assert_eq!(pods.len(), 1, "{pods:?}");
 
     let wasm = std::fs::read(support::rust_plugin_path("hostpath")).unwrap();
     let tag = format!("node-e2e-{}", std::process::id());
@@ -315,13 +360,16 @@ async fn a_plugin_update_reaches_the_pods_through_the_kubelet(cluster: &Cluster)
             "{waiting:?} still serve the old version {:?} after the update",
             started.elapsed()
         );
-        apply(cluster, &claim(ns, &format!("during-{n}"), "hostpath"));
+        apply(
+            cluster,
+            &claim_on_the_node(ns, &format!("during-{n}"), "hostpath"),
+        );
         n += 1;
         waiting = not_serving(&client, &waiting, &next_digest).await;
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
     eprintln!(
-        "node e2e: both replicas served the new plugin version {:.0} s after kubectl apply",
+        "node e2e: the node host served the new plugin version {:.0} s after kubectl apply",
         started.elapsed().as_secs_f64()
     );
     let mut dirs = Vec::new();
@@ -340,20 +388,22 @@ async fn a_plugin_update_reaches_the_pods_through_the_kubelet(cluster: &Cluster)
         .args(["-n", NS]));
 }
 
-async fn killing_the_leader_in_a_burst_of_claims_loses_and_leaks_nothing(cluster: &Cluster) {
+async fn killing_the_node_host_in_a_burst_of_claims_loses_and_leaks_nothing(cluster: &Cluster) {
     let client = cluster.client().await.unwrap();
     let ns = "e2e-burst";
     apply(cluster, &namespace(ns));
     let before = volume_dirs();
 
+    // The node host holding its node's Lease.
     let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
     let leader = leases
-        .get("wasmprov.io-host")
+        .get(&format!("node.wasmprov.io.{NODE_NAME}"))
         .await
         .unwrap()
         .spec
         .and_then(|s| s.holder_identity)
-        .expect("a replica holds the Lease");
+        .expect("the node host holds its node's Lease");
+    assert_eq!(vec![leader.clone()], node_hosts(&client).await);
     let container = host_container(&client, &leader).await;
     let restarts = container.restart_count;
     let id = container
@@ -365,7 +415,12 @@ async fn killing_the_leader_in_a_burst_of_claims_loses_and_leaks_nothing(cluster
 
     const CLAIMS: usize = 30;
     let all: String = (0..CLAIMS)
-        .map(|i| format!("---\n{}", claim(ns, &format!("burst-{i}"), "hostpath")))
+        .map(|i| {
+            format!(
+                "---\n{}",
+                claim_on_the_node(ns, &format!("burst-{i}"), "hostpath")
+            )
+        })
         .collect();
     apply(cluster, &all);
     // Kill it mid-burst: as soon as it has made the first volume.
@@ -390,12 +445,17 @@ async fn killing_the_leader_in_a_burst_of_claims_loses_and_leaks_nothing(cluster
         made_before_kill < CLAIMS,
         "all {CLAIMS} volumes were made before the kill: make the burst larger"
     );
-    eprintln!("node e2e: killed the leader after {made_before_kill} of {CLAIMS} volumes");
+    eprintln!("node e2e: killed the node host after {made_before_kill} of {CLAIMS} volumes");
 
     let mut volumes = BTreeSet::new();
     let mut dirs = Vec::new();
     for i in 0..CLAIMS {
         let v = bound_volume(&client, ns, &format!("burst-{i}")).await;
+        let affinity = serde_json::to_string(&v.spec.as_ref().unwrap().node_affinity).unwrap();
+        assert!(
+            affinity.contains(NODE_NAME),
+            "pinned to the node: {affinity}"
+        );
         dirs.push(host_path(&v));
         assert!(
             volumes.insert(v.name_any()),
@@ -414,7 +474,7 @@ async fn killing_the_leader_in_a_burst_of_claims_loses_and_leaks_nothing(cluster
     })
     .await;
     // One volume per claim, and one directory per volume: nothing made
-    // twice by the restarted or the standby replica.
+    // twice by the restarted host.
     let of_burst = all_volumes
         .list(&ListParams::default())
         .await

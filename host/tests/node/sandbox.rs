@@ -2,7 +2,7 @@
 //! a tenant's busybox Pod makes in its volume what any Pod can (a link to
 //! `/`, a FIFO, a socket, and with containerd's default CAP_MKNOD block and
 //! character devices), and the `misbehave` test plugin, added to the
-//! deployed host as an operator adds a plugin, then tries each known way to
+//! node host as an operator adds a node plugin, then tries each known way to
 //! turn them against the node. Then a compile bomb arrives as the plugin's
 //! next version, and the host restarts over the tenant's links.
 //!
@@ -22,10 +22,13 @@ use test_cluster::{Cluster, NODE_NAME};
 use wasmprov::wasm_provisioner::REFUSED_BY_POLICY;
 
 use super::support::node::{
-    apply, apply_in, metrics, ops_page, plugin_digest, replicas, run, LIMIT, NS,
+    apply, apply_in, metrics, node_hosts, ops_page, plugin_digest, replicas, rolled_out, run,
+    LIMIT, NS,
 };
 use super::support::{self, eventually_within, workspace_root};
-use super::{bound_volume, claim, host_container, host_pid, namespace, running};
+use super::{
+    bound_volume, claim_on_the_node as claim, host_container, host_pid, namespace, running,
+};
 
 /// The pool the misbehave plugin is granted, on the node.
 const POOL: &str = "/var/lib/wasmprov/misbehave-pool";
@@ -95,7 +98,7 @@ pub async fn a_plugin_and_a_tenants_pod_cannot_reach_the_node(cluster: &Cluster)
         let failed = provisioning_failed(&client, claim).await;
         assert!(failed.contains(kind), "{claim}: {failed}");
     }
-    // No call blocked the host: both replicas answer and stay ready.
+    // No call blocked a host: all answer and stay ready.
     for pod in replicas(&client).await {
         assert!(ops_page(&client, &pod, "readyz").await.is_some(), "{pod}");
         assert_eq!(
@@ -122,9 +125,9 @@ pub async fn a_plugin_and_a_tenants_pod_cannot_reach_the_node(cluster: &Cluster)
     std::fs::remove_dir_all(POOL).unwrap();
 }
 
-/// As an operator adds a plugin: its ConfigMap, its policy, its directory
-/// on the node, and the Deployment's plugin volume projecting it (a
-/// rollout). Returns once both new replicas serve it.
+/// As an operator adds a node plugin: its ConfigMap, its policy (`runsOn:
+/// node`), its directory on the node, and the DaemonSet's plugin volume
+/// projecting it (a rollout). Returns once the new node host serves it.
 async fn add_the_misbehave_plugin(cluster: &Cluster, client: &Client) {
     std::fs::create_dir_all(POOL).unwrap();
     std::os::unix::fs::chown(POOL, Some(65532), Some(65532)).unwrap();
@@ -151,26 +154,23 @@ async fn add_the_misbehave_plugin(cluster: &Cluster, client: &Client) {
             "-n",
             NS,
             "patch",
-            "deployment/wasmprov",
+            "daemonset/wasmprov-node",
             "--type=json",
             "-p",
         ])
         .arg(patch.to_string()));
-    run(cluster
-        .kubectl()
-        .args(["-n", NS, "rollout", "status", "deployment/wasmprov"])
-        .arg(format!("--timeout={}s", LIMIT.as_secs())));
+    rolled_out(cluster, "daemonset/wasmprov-node");
     let digest = support::digest(&std::fs::read(&wasm).unwrap());
-    eventually_within(LIMIT, "both replicas to serve misbehave", || {
+    eventually_within(LIMIT, "the node host to serve misbehave", || {
         let (client, digest) = (client.clone(), digest.clone());
         async move {
-            let pods = replicas(&client).await;
+            let pods = node_hosts(&client).await;
             for pod in &pods {
                 if plugin_digest(&client, pod, "misbehave").await.as_deref() != Some(&digest) {
                     return None;
                 }
             }
-            (pods.len() == 2).then_some(())
+            (pods.len() == 1).then_some(())
         }
     })
     .await;
@@ -183,7 +183,7 @@ fn policy_with_misbehave() -> String {
     let file = configmap["data"]["policy.yaml"].as_str().unwrap();
     let mut policy: serde_yaml::Value = serde_yaml::from_str(file).unwrap();
     policy["plugins"]["misbehave"] = serde_yaml::from_str(&format!(
-        "{{timeout: 5s, preopens: [{{host: {POOL}, guest: /data, mode: read-write}}],
+        "{{runsOn: node, timeout: 5s, preopens: [{{host: {POOL}, guest: /data, mode: read-write}}],
           output: {{sources: [hostPath, local], paths: [{POOL}], requireVolumeName: false, anyNodeAffinity: true}}}}"
     ))
     .unwrap();
@@ -253,7 +253,7 @@ fn classes() -> (String, String) {
         let mut parameters: serde_json::Value = serde_json::from_str(&parameters).unwrap();
         parameters["plugin"] = "misbehave".into();
         classes_yaml += &format!(
-            "---\napiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata:\n  name: misbehave-{name}\nprovisioner: wasmprov.io/host\nparameters: {parameters}\nreclaimPolicy: Delete\nvolumeBindingMode: Immediate\n"
+            "---\napiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata:\n  name: misbehave-{name}\nprovisioner: node.wasmprov.io\nparameters: {parameters}\nreclaimPolicy: Delete\nvolumeBindingMode: WaitForFirstConsumer\n"
         );
         if attack {
             attacks += &format!(
@@ -387,10 +387,10 @@ async fn delete_claim(client: &Client, name: &str) {
 }
 
 /// The bomb (a few KiB that need over a gigabyte to compile) delivered as
-/// misbehave's next version: both replicas reject it without a restart,
-/// their own memory stays small, and the version before it keeps serving.
+/// misbehave's next version: the node host rejects it without a restart,
+/// its own memory stays small, and the version before it keeps serving.
 async fn a_compile_bomb_leaves_the_previous_version_serving(cluster: &Cluster, client: &Client) {
-    let pods = replicas(client).await;
+    let pods = node_hosts(client).await;
     let serving = plugin_digest(client, &pods[0], "misbehave").await;
     let mut restarts = Vec::new();
     for pod in &pods {
@@ -450,7 +450,7 @@ async fn a_compile_bomb_leaves_the_previous_version_serving(cluster: &Cluster, c
 /// `b -> /`) are the tenant's business: a restarted host starts, serves
 /// every plugin and reports nothing unusable.
 async fn the_host_restarts_over_a_tenants_links(cluster: &Cluster, client: &Client) {
-    let pod = replicas(client).await.remove(0);
+    let pod = node_hosts(client).await.remove(0);
     let container = host_container(client, &pod).await;
     let id = container
         .container_id

@@ -43,7 +43,7 @@ pub fn image(args: &[&str]) -> PathBuf {
 }
 
 /// A cluster with a node, the kustomization `dir` (deploy/ or an overlay
-/// of it) applied and its Deployment available. Blocks: call it from a
+/// of it) applied and its Deployment and DaemonSet available. Blocks: call it from a
 /// thread of its own in async code.
 pub fn deploy(dir: &Path) -> Cluster {
     let images = vec![image(&[]), image(&["--busybox"])];
@@ -56,9 +56,18 @@ pub fn deploy(dir: &Path) -> Cluster {
         .kubectl()
         .args(["apply", "--server-side", "-k"])
         .arg(dir));
+    for workload in ["deployment/wasmprov", "daemonset/wasmprov-node"] {
+        rolled_out(&cluster, workload);
+    }
+    cluster
+}
+
+/// Waits for `kubectl rollout status WORKLOAD`; panics with the pods'
+/// description when it does not finish in time.
+pub fn rolled_out(cluster: &Cluster, workload: &str) {
     let status = cluster
         .kubectl()
-        .args(["-n", NS, "rollout", "status", "deployment/wasmprov"])
+        .args(["-n", NS, "rollout", "status", workload])
         .arg(format!("--timeout={}s", LIMIT.as_secs()))
         .output()
         .unwrap();
@@ -69,13 +78,12 @@ pub fn deploy(dir: &Path) -> Cluster {
             .output()
             .unwrap();
         panic!(
-            "deploy/'s Deployment did not become available: {}\n{}\nkubelet log: {}",
+            "deploy/'s {workload} did not become available: {}\n{}\nkubelet log: {}",
             String::from_utf8_lossy(&status.stderr),
             String::from_utf8_lossy(&pods.stdout),
             cluster.log_path("kubelet").display()
         );
     }
-    cluster
 }
 
 /// `kubectl apply --server-side -f -`, as a user runs it.
@@ -153,9 +161,23 @@ pub async fn not_serving(client: &Client, pods: &[String], digest: &str) -> Vec<
     left
 }
 
+/// The pods of every wasmprov host: the central replicas and the node hosts.
 pub async fn replicas(client: &Client) -> Vec<String> {
+    pods_labelled(client, "app.kubernetes.io/name=wasmprov").await
+}
+
+/// The pods of the node DaemonSet (one on the test's node).
+pub async fn node_hosts(client: &Client) -> Vec<String> {
+    pods_labelled(
+        client,
+        "app.kubernetes.io/name=wasmprov,app.kubernetes.io/component=node",
+    )
+    .await
+}
+
+async fn pods_labelled(client: &Client, selector: &str) -> Vec<String> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    pods.list(&ListParams::default().labels("app.kubernetes.io/name=wasmprov"))
+    pods.list(&ListParams::default().labels(selector))
         .await
         .unwrap()
         .items
