@@ -221,7 +221,8 @@ async fn provision<P: Provisioner>(
     // library, look in the watch's cache rather than ask the API server; if
     // the cache lags (or is still filling at start), the plugin is asked
     // again for the same volume and saving it finds our own (AlreadyExists
-    // is success).
+    // is success). A volume this host saved moments ago is not asked for
+    // again while the watch catches up.
     //
     // Do not wait for the cache here: `Store::wait_until_ready` (kube-runtime
     // 5) wakes only the last of several concurrent waiters, and the volumes
@@ -236,10 +237,14 @@ async fn provision<P: Provisioner>(
                 tracing::info!(claim = %key(claim), volume = %pv_name, "the claim's volume is being deleted; waiting for it to go");
                 return Ok(Action::requeue(ctx.config.retry_base));
             }
+            lock(&ctx.recently_saved).remove(&uid);
             ctx.succeed(&uid);
             release(claim, ctx).await?;
             return Ok(Action::await_change());
         }
+    } else if let Some(left) = saved_moments_ago(&uid, ctx) {
+        tracing::debug!(claim = %key(claim), volume = %pv_name, "saved moments ago; waiting for the volume watch");
+        return Ok(Action::requeue(left));
     }
 
     let this_version = version(claim, ctx);
@@ -348,6 +353,7 @@ async fn provision<P: Provisioner>(
 
     match save(&volumes, &pv, &uid, &ctx.config).await {
         Ok(()) => {
+            remember_saved(&uid, ctx);
             ctx.succeed(&uid);
             release_or_log(&claim_now, ctx).await;
             ctx.metrics
@@ -694,6 +700,23 @@ async fn clean_up<P: Provisioner>(
             tracing::warn!(volume = %pv.name_any(), error = %e, retry_in = ?after, "deleting the storage of an unsaved volume failed; retrying");
         })
         .await
+}
+
+/// How long a saved volume is trusted to be on its way through the volume
+/// watch: a few seconds at most on a loaded API server.
+const SAVED_MEMORY: std::time::Duration = std::time::Duration::from_secs(30);
+
+fn remember_saved<P>(uid: &str, ctx: &Context<P>) {
+    let mut saved = lock(&ctx.recently_saved);
+    saved.retain(|_, at| at.elapsed() < SAVED_MEMORY);
+    saved.insert(uid.to_owned(), std::time::Instant::now());
+}
+
+/// Whether this host saved the claim's volume within [`SAVED_MEMORY`]:
+/// how much of it is left.
+fn saved_moments_ago<P>(uid: &str, ctx: &Context<P>) -> Option<std::time::Duration> {
+    let at = *lock(&ctx.recently_saved).get(uid)?;
+    SAVED_MEMORY.checked_sub(at.elapsed())
 }
 
 /// Creates the volume, retrying transient API errors as [`save_retries`]

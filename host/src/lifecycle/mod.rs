@@ -168,6 +168,10 @@ struct Context<P> {
     /// Volumes (uid) whose node the janitor found gone: since when, and
     /// their class once reported (counted in `volumes_on_gone_nodes`).
     gone_nodes: Mutex<HashMap<String, janitor::GoneNode>>,
+    /// Claims (uid) whose volume this host saved moments ago, and when: the
+    /// volume watch may not have delivered it yet, and the plugin must not
+    /// be asked for it again meanwhile.
+    recently_saved: Mutex<HashMap<String, std::time::Instant>>,
 }
 
 impl<P> Context<P> {
@@ -362,6 +366,7 @@ pub async fn run<P: Provisioner>(
         node_count: Default::default(),
         janitor_warned: Mutex::default(),
         gone_nodes: Mutex::default(),
+        recently_saved: Mutex::default(),
         finalizer_conflicts: Default::default(),
         resyncs: resyncs.clone(),
         config: config.clone(),
@@ -526,6 +531,7 @@ mod tests {
             node_count: Default::default(),
             janitor_warned: Mutex::default(),
             gone_nodes: Mutex::default(),
+            recently_saved: Mutex::default(),
             finalizer_conflicts: Default::default(),
             resyncs: tokio::sync::watch::channel(0).1,
         }
