@@ -31,6 +31,7 @@ on_both_servers!(
     the_janitor_alone_warns_once_about_an_immediate_claim_of_a_node_class,
     the_janitor_asks_the_scheduler_again_when_the_selected_node_is_gone,
     a_released_volume_whose_node_is_gone_is_reported_and_kept,
+    the_janitor_warns_once_when_a_claims_node_has_no_live_host,
 );
 
 /// A host serving `dir` with the hostpath plugin: on `node` (node mode,
@@ -49,6 +50,18 @@ impl Host {
     }
 
     async fn start_janitor(client: Client, dir: &Path, node: Option<&str>, janitor: bool) -> Self {
+        Self::start_with(client, dir, node, janitor, |_| {}).await
+    }
+
+    /// [`Host::start_janitor`], its lifecycle's configuration changed by
+    /// `configure` last.
+    async fn start_with(
+        client: Client,
+        dir: &Path,
+        node: Option<&str>,
+        janitor: bool,
+        configure: impl FnOnce(&mut lifecycle::Config),
+    ) -> Self {
         let (side, runs_on, provisioner) = match node {
             Some(_) => (RunsOn::Node, "node", NODE_PROVISIONER),
             None => (RunsOn::Central, "central", CENTRAL_PROVISIONER),
@@ -81,6 +94,7 @@ impl Host {
         config.retry_base = Duration::from_millis(100);
         config.max_retry = Duration::from_secs(1);
         config.shutdown_grace = Duration::from_secs(2);
+        configure(&mut config);
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let lifecycle =
             lifecycle::run(client, Arc::new(registry), config, metrics.clone(), async {
@@ -452,12 +466,16 @@ async fn the_janitor_asks_the_scheduler_again_when_the_selected_node_is_gone(ser
         .then_some(())
     })
     .await;
-    let said = warnings(&admin, "data").await;
-    assert!(
-        said.iter()
-            .any(|(m, _)| m.contains("the selected node gone-node does not exist")),
-        "{said:?}"
-    );
+    // Events are sent apart from the work: the Warning may come a moment
+    // after the annotation went.
+    eventually("the janitor's Warning on the claim", || async {
+        warnings(&admin, "data")
+            .await
+            .iter()
+            .any(|(m, _)| m.contains("the selected node gone-node does not exist"))
+            .then_some(())
+    })
+    .await;
     // The scheduler's next choice.
     let next = serde_json::json!({"metadata": {"annotations": {"volume.kubernetes.io/selected-node": "n2"}}});
     merge_into_claim(&admin, "data", next).await;
@@ -490,16 +508,30 @@ async fn a_released_volume_whose_node_is_gone_is_reported_and_kept(server: Serve
     .await;
     create_claim(&admin, "data", "local", Some("n2")).await;
     let pv = bound_volume(&admin, "data").await;
+    // A second volume there, which its owner asks to forget.
+    create_claim(&admin, "old", "local", Some("n2")).await;
+    let forgotten = bound_volume(&admin, "old").await.name_any();
+    let forget = serde_json::json!({"metadata": {"annotations": {"wasmprov.io/forget-when-node-gone": "true"}}});
+    Api::<PersistentVolume>::all(admin.clone())
+        .patch(
+            &forgotten,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&forget),
+        )
+        .await
+        .unwrap();
     // Node n2 goes, with its host.
     hosts.pop().unwrap().stop().await;
     Api::<k8s_openapi::api::core::v1::Node>::all(admin.clone())
         .delete("n2", &DeleteParams::default())
         .await
         .unwrap();
-    Api::<PersistentVolumeClaim>::namespaced(admin.clone(), "default")
-        .delete("data", &DeleteParams::default())
-        .await
-        .unwrap();
+    for claim in ["data", "old"] {
+        Api::<PersistentVolumeClaim>::namespaced(admin.clone(), "default")
+            .delete(claim, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
     let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(admin.clone(), "default");
     let name = pv.name_any();
     let message = eventually("the volume's VolumeNodeGone Warning", || async {
@@ -543,9 +575,96 @@ async fn a_released_volume_whose_node_is_gone_is_reported_and_kept(server: Serve
         dir.path().join(&name).is_dir(),
         "n2's storage is left as it was"
     );
+    // The annotated one: its object deleted, its storage untouched.
+    eventually("the annotated volume is forgotten", || async {
+        Api::<PersistentVolume>::all(admin.clone())
+            .get_opt(&forgotten)
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert!(dir.path().join(&forgotten).is_dir());
+    assert_eq!(janitor.plugin_calls("delete"), 0, "no plugin is asked");
     for host in hosts {
         host.stop().await;
     }
+}
+
+/// A claim's selected node exists but no node host runs there (the
+/// DaemonSet's tolerations or nodeSelector leave it out): the claim would
+/// wait for ever without a word. The janitor tells by the node's host Lease
+/// going unrenewed, and warns once, naming the node and the likely cause.
+async fn the_janitor_warns_once_when_a_claims_node_has_no_live_host(server: Server) {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let (_api, admin) =
+        TestApi::start(server, &NODES, Default::default(), Default::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let janitor = Host::start_with(admin.clone(), dir.path(), Some("n1"), true, |c| {
+        c.missing_host_grace = Duration::from_secs(2);
+    })
+    .await;
+    create_class(
+        &admin,
+        "local",
+        NODE_PROVISIONER,
+        dir.path(),
+        "WaitForFirstConsumer",
+    )
+    .await;
+    // n2's host is alive for a while: its Lease is renewed.
+    let leases: Api<Lease> = Api::namespaced(admin.clone(), "default");
+    let lease: Lease = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": format!("{NODE_PROVISIONER}.n2")},
+        "spec": {"holderIdentity": "wasmprov-node-n2", "leaseDurationSeconds": 15},
+    }))
+    .unwrap();
+    leases.create(&PostParams::default(), &lease).await.unwrap();
+    let renewing = tokio::spawn({
+        let leases = leases.clone();
+        async move {
+            for i in 0.. {
+                let renew = serde_json::json!({"metadata": {"labels": {"renewal": i.to_string()}}});
+                let _ = leases
+                    .patch(
+                        &format!("{NODE_PROVISIONER}.n2"),
+                        &kube::api::PatchParams::default(),
+                        &kube::api::Patch::Merge(&renew),
+                    )
+                    .await;
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        }
+    });
+    create_claim(&admin, "data", "local", Some("n2")).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(
+        warnings(&admin, "data").await.is_empty(),
+        "n2 has a live host"
+    );
+    // It stops.
+    renewing.abort();
+    let message = eventually("the janitor's Warning", || async {
+        warnings(&admin, "data").await.into_iter().next()
+    })
+    .await;
+    assert!(
+        message
+            .0
+            .contains("no wasmprov node host is running on node n2")
+            && message.0.contains("default/node.wasmprov.io.n2")
+            && message.0.contains("tolerations and nodeSelector"),
+        "{message:?}"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        warnings(&admin, "data").await,
+        [(message.0.clone(), 1)],
+        "once"
+    );
+    assert_eq!(janitor.plugin_calls("provision"), 0);
+    janitor.stop().await;
 }
 
 async fn client_of(kubeconfig: &str) -> Client {

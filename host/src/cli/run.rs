@@ -298,6 +298,17 @@ pub struct RunArgs {
     /// not gone.
     #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = humantime::parse_duration, env = "WASMPROV_GONE_NODE_GRACE")]
     pub gone_node_grace: std::time::Duration,
+    /// Node mode: delete the PersistentVolume objects of Released volumes
+    /// whose node is gone (after --gone-node-grace; their storage went with
+    /// the node, no plugin is called) instead of keeping them. Per volume:
+    /// the annotation wasmprov.io/forget-when-node-gone=true.
+    #[arg(long, env = "WASMPROV_FORGET_GONE_NODE_VOLUMES")]
+    pub forget_gone_node_volumes: bool,
+    /// Node mode: how long a node's host Lease may go unrenewed before the
+    /// janitor warns on the claims waiting for that node (no node host runs
+    /// there: the DaemonSet's tolerations or nodeSelector, most likely).
+    #[arg(long, default_value = "60s", value_name = "DURATION", value_parser = humantime::parse_duration, env = "WASMPROV_MISSING_HOST_GRACE")]
+    pub missing_host_grace: std::time::Duration,
     #[command(flatten)]
     pub lifecycle: LifecycleArgs,
     #[command(flatten)]
@@ -405,6 +416,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     if let Some(name) = &args.node_name {
         config.node = Some(lifecycle::OwnNode::lookup(&client, name).await?);
         config.gone_node_grace = args.gone_node_grace;
+        config.forget_gone_node_volumes = args.forget_gone_node_volumes;
+        config.missing_host_grace = args.missing_host_grace;
+        config.node_lease_namespace = args
+            .leader_election_namespace
+            .clone()
+            .unwrap_or_else(pod_namespace);
     }
     let side = if node_mode {
         RunsOn::Node

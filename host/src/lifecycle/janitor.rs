@@ -1,13 +1,16 @@
 //! What no node host can do, done by the one node host elected janitor
 //! (`Config::janitor`): a claim whose selected node is gone waits for the
 //! scheduler until someone clears that node (the scheduler never looks
-//! elsewhere while it is set); a claim of a class that binds Immediately
-//! has no selected node, so no node host takes it; a Released volume whose
-//! node is gone can be deleted by nobody (its storage went with the node).
-//! Every other node host leaves other nodes' claims and volumes alone.
+//! elsewhere while it is set); a claim whose selected node has no live
+//! host waits for ever without a word; a claim of a class that binds
+//! Immediately has no selected node, so no node host takes it; a Released
+//! volume whose node is gone can be deleted by nobody (its storage went
+//! with the node). Every other node host leaves other nodes' claims and
+//! volumes alone.
 
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
@@ -15,6 +18,7 @@ use kube::{Api, Resource, ResourceExt};
 
 use super::claims::unselect_node;
 use super::decide::{self, keys, VolumeDecision};
+use super::finalizers;
 use super::nodes;
 use super::reasons::{PROVISIONING_FAILED, VOLUME_NODE_GONE};
 use super::{lock, Context, Error};
@@ -24,6 +28,11 @@ use crate::metrics::Metrics;
 /// again, to notice that node going away (Node objects are not watched:
 /// they change all the time, and only pending claims care).
 const NODE_RECHECK: Duration = Duration::from_secs(30);
+
+/// The annotation that has the janitor forget a Released volume whose node
+/// is gone (delete its object) rather than keep it, whatever
+/// `--forget-gone-node-volumes` says.
+pub const FORGET_ANNOTATION: &str = "wasmprov.io/forget-when-node-gone";
 
 /// Looks after a claim handed to the node hosts that no node host takes.
 pub(super) async fn claim<P>(
@@ -65,7 +74,26 @@ pub(super) async fn claim<P>(
         .await?
         .is_some()
     {
-        return Ok(Action::requeue(NODE_RECHECK));
+        let uid = claim.uid().unwrap_or_default();
+        if host_missing(node, ctx).await? && lock(&ctx.janitor_warned).insert(format!("host/{uid}"))
+        {
+            let lease = crate::leader::node_lease_name(&ctx.config.names.primary, node);
+            let message = format!(
+                "no wasmprov node host is running on node {node}: its Lease {}/{lease} has not \
+                 been renewed for {} (or does not exist), so nothing makes this claim's volume \
+                 there. Check that the node hosts' DaemonSet has a ready pod on {node} (kubectl \
+                 -n {} get pods -o wide): its tolerations and nodeSelector must allow the node",
+                ctx.config.node_lease_namespace,
+                humantime::format_duration(ctx.config.missing_host_grace),
+                ctx.config.node_lease_namespace,
+            );
+            ctx.events
+                .warning(&reference, PROVISIONING_FAILED, "Provisioning", message);
+            tracing::warn!(claim = %reference.name.as_deref().unwrap_or_default(), node, "no node host runs on the claim's selected node");
+        }
+        return Ok(Action::requeue(
+            NODE_RECHECK.min(ctx.config.missing_host_grace),
+        ));
     }
     let message = format!(
         "the selected node {node} does not exist (any more); asking the scheduler for another \
@@ -76,6 +104,26 @@ pub(super) async fn claim<P>(
         .warning(&reference, PROVISIONING_FAILED, "Provisioning", message);
     unselect_node(claim, ctx).await?;
     Ok(Action::await_change())
+}
+
+/// Whether `node` has had no live node host for `missing_host_grace`: its
+/// Lease has not changed for that long as this janitor saw it (by its own
+/// clock, as leader election judges a Lease), or there is none.
+async fn host_missing<P>(node: &str, ctx: &Context<P>) -> Result<bool, Error> {
+    let name = crate::leader::node_lease_name(&ctx.config.names.primary, node);
+    let version = Api::<Lease>::namespaced(ctx.client.clone(), &ctx.config.node_lease_namespace)
+        .get_opt(&name)
+        .await?
+        .and_then(|l| l.metadata.resource_version)
+        .unwrap_or_default();
+    let mut seen = lock(&ctx.node_hosts_seen);
+    let entry = seen
+        .entry(node.to_owned())
+        .or_insert_with(|| (version.clone(), Instant::now()));
+    if entry.0 != version {
+        *entry = (version, Instant::now());
+    }
+    Ok(entry.1.elapsed() >= ctx.config.missing_host_grace)
 }
 
 /// A volume whose node the janitor found gone.
@@ -124,11 +172,17 @@ pub(super) async fn volume<P>(pv: &PersistentVolume, ctx: &Context<P>) -> Result
         let entry = gone.get_mut(&uid).expect("inserted above");
         entry.reported.replace(class.clone()).is_none()
     };
+    let forget = ctx.config.forget_gone_node_volumes
+        || pv.annotations().get(FORGET_ANNOTATION).map(String::as_str) == Some("true");
+    if forget {
+        return forget_volume(pv, hostname, ctx).await;
+    }
     if first {
         let message = format!(
             "its storage is on node {hostname}, which no longer exists, so nothing can delete it \
              there; the volume is kept. If the node will not come back, delete this \
-             PersistentVolume (kubectl delete pv {}; remove its finalizers if it has any)",
+             PersistentVolume (kubectl delete pv {}; remove its finalizers if it has any), or \
+             annotate it {FORGET_ANNOTATION}=true",
             pv.name_any()
         );
         ctx.events
@@ -137,6 +191,34 @@ pub(super) async fn volume<P>(pv: &PersistentVolume, ctx: &Context<P>) -> Result
     }
     count_gone(ctx);
     Ok(Action::requeue(NODE_RECHECK))
+}
+
+/// Deletes the object of a Released volume whose node is gone, as asked
+/// (its storage went with the node: no plugin is called), and our finalizer
+/// from it.
+async fn forget_volume<P>(
+    pv: &PersistentVolume,
+    hostname: &str,
+    ctx: &Context<P>,
+) -> Result<Action, Error> {
+    let name = pv.name_any();
+    let message = format!(
+        "its storage was on node {hostname}, which no longer exists; the volume object is \
+         deleted, as asked (--forget-gone-node-volumes or {FORGET_ANNOTATION}), and no storage \
+         is touched"
+    );
+    ctx.events
+        .normal(&pv.object_ref(&()), VOLUME_NODE_GONE, "Deleting", message);
+    let volumes = Api::<PersistentVolume>::all(ctx.client.clone());
+    match volumes.delete(&name, &Default::default()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => return Err(e.into()),
+    }
+    finalizers::remove(&volumes, pv, keys::PV_FINALIZER).await?;
+    forget(ctx, &pv.uid().unwrap_or_default());
+    tracing::warn!(volume = %name, node = hostname, "forgot a Released volume whose node is gone");
+    Ok(Action::await_change())
 }
 
 /// Forgets a volume's gone node (it came back, or the volume changed).

@@ -57,6 +57,17 @@ pub struct Config {
     /// How long a node must have been gone before the janitor reports the
     /// Released volumes pinned to it (a node re-registering is not gone).
     pub gone_node_grace: Duration,
+    /// Node mode: the janitor deletes the PersistentVolume objects of
+    /// Released volumes whose node is gone (their storage went with it)
+    /// instead of keeping them; a volume annotated
+    /// `wasmprov.io/forget-when-node-gone: "true"` is forgotten either way.
+    pub forget_gone_node_volumes: bool,
+    /// Node mode: where the node hosts' Leases are, so that the janitor can
+    /// tell a node that has no live host.
+    pub node_lease_namespace: String,
+    /// Node mode: how long a selected node's host Lease may go unrenewed
+    /// before the janitor warns on the claims waiting for that node.
+    pub missing_host_grace: Duration,
     /// For volumes a replaced provisioner made under one of our names whose
     /// own class names no plugin: that provisioner name → the StorageClass
     /// whose plugin and parameters delete them (`--adopt-volumes`).
@@ -105,6 +116,9 @@ impl Config {
             node: None,
             janitor: None,
             gone_node_grace: Duration::from_secs(30),
+            forget_gone_node_volumes: false,
+            node_lease_namespace: "default".to_owned(),
+            missing_host_grace: Duration::from_secs(60),
             adopt_volumes: Default::default(),
             workers: 4,
             add_finalizer: false,
@@ -168,6 +182,9 @@ struct Context<P> {
     /// Volumes (uid) whose node the janitor found gone: since when, and
     /// their class once reported (counted in `volumes_on_gone_nodes`).
     gone_nodes: Mutex<HashMap<String, janitor::GoneNode>>,
+    /// Node hosts' Leases as the janitor last saw them, by node: their
+    /// resourceVersion and since when it has not changed.
+    node_hosts_seen: Mutex<HashMap<String, (String, std::time::Instant)>>,
     /// Claims (uid) whose volume this host saved moments ago, and when: the
     /// volume watch may not have delivered it yet, and the plugin must not
     /// be asked for it again meanwhile.
@@ -366,6 +383,7 @@ pub async fn run<P: Provisioner>(
         node_count: Default::default(),
         janitor_warned: Mutex::default(),
         gone_nodes: Mutex::default(),
+        node_hosts_seen: Mutex::default(),
         recently_saved: Mutex::default(),
         finalizer_conflicts: Default::default(),
         resyncs: resyncs.clone(),
@@ -531,6 +549,7 @@ mod tests {
             node_count: Default::default(),
             janitor_warned: Mutex::default(),
             gone_nodes: Mutex::default(),
+            node_hosts_seen: Mutex::default(),
             recently_saved: Mutex::default(),
             finalizer_conflicts: Default::default(),
             resyncs: tokio::sync::watch::channel(0).1,
