@@ -48,7 +48,10 @@ pub fn image(args: &[&str]) -> PathBuf {
 pub fn deploy(dir: &Path) -> Cluster {
     let images = vec![image(&[]), image(&["--busybox"])];
     let cluster = Cluster::start(Options {
-        node: Some(NodeOptions { images }),
+        node: Some(NodeOptions {
+            images,
+            ..NodeOptions::default()
+        }),
         ..Options::default()
     })
     .unwrap_or_else(|e| panic!("starting the cluster with a node: {e}"));

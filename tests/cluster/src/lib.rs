@@ -18,7 +18,7 @@ mod node;
 mod pki;
 mod process;
 
-pub use node::{NodeOptions, NODE_NAME};
+pub use node::{node_name, NodeOptions, NODE_NAME};
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -103,7 +103,7 @@ pub struct Options {
     /// `None`: its default, 20 QPS, about five claims bound per second,
     /// which a benchmark of provisioners would measure instead of them.
     pub controller_manager_qps: Option<u32>,
-    /// A real node (containerd, kubelet, kube-proxy) that runs pods: see
+    /// Real nodes (containerd, kubelet, kube-proxy each) that run pods: see
     /// [`NodeOptions`]. `None`: no node; pods stay Pending.
     pub node: Option<NodeOptions>,
 }
@@ -175,8 +175,8 @@ pub struct Cluster {
     remove_dir: bool,
     started_in: Duration,
     audit: bool,
-    /// Boxed: most clusters have none.
-    node: Mutex<Option<Box<node::Node>>>,
+    /// The real nodes, in order (most clusters have none).
+    nodes: Mutex<Vec<node::Node>>,
 }
 
 /// One resource request from the API server's audit log, in the terms RBAC
@@ -315,24 +315,50 @@ impl Cluster {
         command
     }
 
-    /// `ctr` talking to the node's containerd in the kubelet's namespace
-    /// (`k8s.io`), e.g. `tasks kill -s SIGKILL ID` to kill a container as
-    /// its process dying would. Panics without a node.
+    /// `ctr` talking to the first node's containerd in the kubelet's
+    /// namespace (`k8s.io`), e.g. `tasks kill -s SIGKILL ID` to kill a
+    /// container as its process dying would. Panics without a node.
     pub fn ctr(&self) -> std::process::Command {
-        self.with_node(|n| n.ctr_command())
+        self.ctr_on(NODE_NAME)
     }
 
-    /// Loads an OCI image tarball into the node (what `ctr images import`
-    /// does), named by its index's annotations. Panics without a node.
+    /// [`Cluster::ctr`] on node `name`.
+    pub fn ctr_on(&self, name: &str) -> std::process::Command {
+        self.with_node(name, |n| n.ctr_command())
+    }
+
+    /// Loads an OCI image tarball into every node (what `ctr images
+    /// import` does), named by its index's annotations. Panics without a
+    /// node.
     pub fn load_image(&self, tarball: &Path) -> Result<(), Error> {
-        self.with_node(|n| n.load_image(tarball))
+        let nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
+        assert!(
+            !nodes.is_empty(),
+            "this cluster was started without a node (Options::node)"
+        );
+        nodes.iter().try_for_each(|n| n.load_image(tarball))
     }
 
-    fn with_node<T>(&self, f: impl FnOnce(&node::Node) -> T) -> T {
-        let node = self.node.lock().unwrap_or_else(|p| p.into_inner());
-        f(node
-            .as_ref()
-            .expect("this cluster was started without a node (Options::node)"))
+    /// The names of the real nodes, in order.
+    pub fn node_names(&self) -> Vec<String> {
+        let nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
+        nodes.iter().map(|n| n.name.clone()).collect()
+    }
+
+    /// Where this process reads `path` as node `name`'s processes (its
+    /// kubelet, its pods' hostPath volumes) see it: the node's own directory
+    /// for its private paths ([`NodeOptions::private_paths`]), this
+    /// machine's otherwise. Valid while the node runs.
+    pub fn node_view(&self, name: &str, path: &Path) -> PathBuf {
+        self.with_node(name, |n| n.view(path))
+    }
+
+    fn with_node<T>(&self, name: &str, f: impl FnOnce(&node::Node) -> T) -> T {
+        let nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
+        f(nodes
+            .iter()
+            .find(|n| n.name == name)
+            .unwrap_or_else(|| panic!("this cluster has no node {name} (Options::node)")))
     }
 
     /// A kubeconfig (YAML) whose user sends `token`.
@@ -407,7 +433,12 @@ impl Cluster {
     /// Stops every component: the node's (and every container on it)
     /// first, then the scheduler, …, etcd last.
     pub fn stop(&self) {
-        if let Some(node) = self.node.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+        for node in self
+            .nodes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter_mut()
+        {
             node.stop();
         }
         let mut components = self.components.lock().unwrap_or_else(|p| p.into_inner());
@@ -571,27 +602,46 @@ fn start_in(bin: &Path, dir: &Path, options: &Options) -> Result<Cluster, Error>
 
     // A node's network comes first: the API server listens on, and
     // advertises, the machine's end of the node's link.
-    let network = match &options.node {
-        Some(_) => Some(node::Network::create(dir, &bin.join("pause"))?),
-        None => None,
-    };
-    let api_host = network
-        .as_ref()
+    // The API server listens on the first node's link; the others reach it
+    // through theirs (an address of this machine).
+    let mut networks = Vec::new();
+    if let Some(node_options) = &options.node {
+        for i in 0..node_options.count() {
+            let prefix = match i {
+                0 => String::new(),
+                _ => format!("{}-", node::node_name(i)),
+            };
+            networks.push(node::Network::create(
+                dir,
+                &bin.join("pause"),
+                &prefix,
+                !node_options.private_paths.is_empty(),
+            )?);
+        }
+    }
+    let api_host = networks
+        .first()
         .map_or(std::net::Ipv4Addr::LOCALHOST, |n| n.host_ip);
     let keys = pki::generate(dir, api_host)?;
     let admin_token = pki::random_token()?;
-    let kubelet_token = pki::random_token()?;
+    let kubelet_tokens = networks
+        .iter()
+        .map(|_| pki::random_token())
+        .collect::<Result<Vec<_>, _>>()?;
     let proxy_token = pki::random_token()?;
     let tokens = dir.join("tokens.csv");
     let mut token_lines =
         format!("{admin_token},{ADMIN_TOKEN_USER},{ADMIN_TOKEN_USER},\"system:masters\"\n");
-    if network.is_some() {
+    if !networks.is_empty() {
         // The identities the Node authorizer and RBAC's bootstrap bindings
         // know: a kubelet is system:node:NAME in system:nodes, kube-proxy is
         // system:kube-proxy (bound to system:node-proxier).
-        token_lines += &format!(
-            "{kubelet_token},system:node:{NODE_NAME},system:node:{NODE_NAME},\"system:nodes\"\n{proxy_token},system:kube-proxy,system:kube-proxy\n"
-        );
+        for (i, token) in kubelet_tokens.iter().enumerate() {
+            let name = node::node_name(i);
+            token_lines +=
+                &format!("{token},system:node:{name},system:node:{name},\"system:nodes\"\n");
+        }
+        token_lines += &format!("{proxy_token},system:kube-proxy,system:kube-proxy\n");
     }
     write(&tokens, &token_lines)?;
 
@@ -650,7 +700,7 @@ fn start_in(bin: &Path, dir: &Path, options: &Options) -> Result<Cluster, Error>
             "--audit-log-mode=blocking".into(),
         ];
     }
-    let node_flags: Vec<String> = if network.is_some() {
+    let node_flags: Vec<String> = if !networks.is_empty() {
         vec![
             // The `kubernetes` Service's endpoint: what pods reach through
             // kube-proxy.
@@ -717,7 +767,7 @@ fn start_in(bin: &Path, dir: &Path, options: &Options) -> Result<Cluster, Error>
         remove_dir: false,
         started_in: Duration::ZERO,
         audit: false,
-        node: Mutex::new(None),
+        nodes: Mutex::new(Vec::new()),
     };
     cluster.wait(
         "kube-apiserver",
@@ -741,7 +791,7 @@ fn start_in(bin: &Path, dir: &Path, options: &Options) -> Result<Cluster, Error>
         "namespace-controller",
     ];
     let mut kcm_args = vec![];
-    if network.is_some() {
+    if !networks.is_empty() {
         // What a Deployment's and a DaemonSet's pods need to run and reach
         // the API server.
         controllers.extend([
@@ -817,24 +867,28 @@ fn start_in(bin: &Path, dir: &Path, options: &Options) -> Result<Cluster, Error>
         )?;
     }
 
-    if let (Some(network), Some(node_options)) = (network, &options.node) {
+    let node_options = options.node.clone().unwrap_or_default();
+    for (i, (network, kubelet_token)) in networks.into_iter().zip(&kubelet_tokens).enumerate() {
         let access = node::Access {
             url: &cluster.url,
             ca: &keys.ca,
-            kubelet_token: &kubelet_token,
+            kubelet_token,
             proxy_token: &proxy_token,
         };
-        let node = node::Node::start(bin, dir, network, access, node_options)?;
-        *cluster.node.get_mut().unwrap() = Some(Box::new(node));
+        let node = node::Node::start(bin, dir, i, network, access, &node_options)?;
+        cluster.nodes.get_mut().unwrap().push(node);
+    }
+    for name in cluster.node_names() {
         cluster.wait(
             "kubelet",
             options.ready_timeout,
-            &format!("Node {NODE_NAME} to be Ready"),
-            |c| {
+            &format!("Node {name} to be Ready"),
+            move |c| {
+                let name = name.clone();
                 Box::pin(async move {
                     use k8s_openapi::api::core::v1::Node;
                     let nodes: kube::Api<Node> = kube::Api::all(c);
-                    let Ok(Some(node)) = nodes.get_opt(NODE_NAME).await else {
+                    let Ok(Some(node)) = nodes.get_opt(&name).await else {
                         return false;
                     };
                     node.status
@@ -870,8 +924,8 @@ impl Cluster {
         let client = runtime.block_on(client_for(&kubeconfig))?;
         let deadline = Instant::now() + limit;
         loop {
-            let node = self.node.get_mut().unwrap();
-            let node_components = node.iter_mut().flat_map(|n| n.components_mut().iter_mut());
+            let nodes = self.nodes.get_mut().unwrap();
+            let node_components = nodes.iter_mut().flat_map(|n| n.components_mut().iter_mut());
             for c in self
                 .components
                 .get_mut()

@@ -29,6 +29,11 @@ struct Args {
     /// `deploy/image/build.sh` makes; implies --node
     #[arg(long = "image", value_name = "TARBALL")]
     images: Vec<PathBuf>,
+    /// Start this many nodes (implies --node); with more than one, each
+    /// has its own /var/lib/wasmprov (a directory of its own in a mount
+    /// namespace of its own), as real nodes do
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=8))]
+    nodes: u8,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -42,8 +47,16 @@ fn main() -> anyhow::Result<()> {
     let cluster = test_cluster::Cluster::start(test_cluster::Options {
         dir: Some(dir),
         bind_timeout: args.bind_timeout,
-        node: (args.node || !args.images.is_empty()).then(|| test_cluster::NodeOptions {
-            images: args.images.clone(),
+        node: (args.node || !args.images.is_empty() || args.nodes > 1).then(|| {
+            test_cluster::NodeOptions {
+                images: args.images.clone(),
+                count: args.nodes.into(),
+                private_paths: if args.nodes > 1 {
+                    vec![PathBuf::from("/var/lib/wasmprov")]
+                } else {
+                    Vec::new()
+                },
+            }
         }),
         ..Default::default()
     })?;
@@ -57,6 +70,16 @@ fn main() -> anyhow::Result<()> {
     println!();
     println!("  export KUBECONFIG={kubeconfig}");
     println!("  kubectl get --raw /version");
+    for name in cluster.node_names() {
+        if args.nodes > 1 {
+            println!(
+                "  # node {name}'s /var/lib/wasmprov, from this machine: {}",
+                cluster
+                    .node_view(&name, std::path::Path::new("/var/lib/wasmprov"))
+                    .display()
+            );
+        }
+    }
     println!("  cargo run -p wasmprov -- run --kubeconfig {kubeconfig} --plugins-dir target/plugins --metrics-address 127.0.0.1:8080");
     println!();
     println!("Ctrl-C stops it.");

@@ -2,11 +2,15 @@
 //! and CNI plugins), kubelet and kube-proxy, running pods from images loaded
 //! from local OCI tarballs.
 //!
-//! The node lives in a network namespace of its own, joined to this machine
-//! by a veth pair: its bridge, pod addresses and kube-proxy's iptables rules
-//! vanish with the namespace when the node stops or the test process dies,
-//! and nothing it does touches this machine's own network. Files are shared:
-//! a pod's hostPath volume is this machine's directory, as on any node.
+//! Each node lives in a network namespace of its own, joined to this
+//! machine by a veth pair: its bridge, pod addresses and kube-proxy's
+//! iptables rules vanish with the namespace when the node stops or the test
+//! process dies, and nothing it does touches this machine's own network.
+//! Files are this machine's, but for the node's private paths
+//! ([`NodeOptions::private_paths`]): with them, the node also has a mount
+//! namespace of its own in which each such path is a directory of the
+//! node's (under the run directory), so that several nodes on one machine
+//! never see each other's files there, as real nodes do not.
 //!
 //! What a node leaves on the machine while it runs, and how each goes:
 //! - processes: kubelet, kube-proxy and containerd die with the test process
@@ -28,8 +32,17 @@ use std::time::{Duration, Instant};
 use crate::process::Component;
 use crate::{io, write, Error};
 
-/// The node's name, also its `kubernetes.io/hostname` label.
+/// The (first) node's name, also its `kubernetes.io/hostname` label.
 pub const NODE_NAME: &str = "wasmprov-node";
+
+/// The name of node `index` (0-based): [`NODE_NAME`], then
+/// `wasmprov-node-2`, `wasmprov-node-3`, ….
+pub fn node_name(index: usize) -> String {
+    match index {
+        0 => NODE_NAME.to_owned(),
+        i => format!("{NODE_NAME}-{}", i + 1),
+    }
+}
 
 /// The name the pause image is loaded under (containerd's sandbox image).
 pub(crate) const PAUSE_IMAGE: &str = "localhost/wasmprov-test/pause:1";
@@ -37,17 +50,33 @@ pub(crate) const PAUSE_IMAGE: &str = "localhost/wasmprov-test/pause:1";
 /// How to start a node with the control plane.
 #[derive(Debug, Clone, Default)]
 pub struct NodeOptions {
-    /// OCI image tarballs to load into the node's containerd before the
+    /// OCI image tarballs to load into each node's containerd before the
     /// kubelet starts (no registry is reachable: pods run only images loaded
     /// here or with [`crate::Cluster::load_image`]).
     pub images: Vec<PathBuf>,
+    /// How many nodes (0 counts as 1), named by [`node_name`].
+    pub count: usize,
+    /// Absolute directories each node has of its own (e.g.
+    /// `/var/lib/wasmprov`): in the node's mount namespace each is a
+    /// directory under the run directory, empty at start; read a node's
+    /// with [`crate::Cluster::node_view`]. Empty: every node sees this
+    /// machine's files.
+    pub private_paths: Vec<PathBuf>,
+}
+
+impl NodeOptions {
+    pub fn count(&self) -> usize {
+        self.count.max(1)
+    }
 }
 
 /// The node's network namespace and its link to this machine, made before
 /// the API server starts (which advertises the machine's end of the link).
 pub(crate) struct Network {
-    /// Holds the namespace open: it lives as long as this process.
+    /// Holds the namespaces open: they live as long as this process.
     holder: Component,
+    /// Whether the node has a mount namespace of its own.
+    private_mounts: bool,
     /// The machine's end of the veth pair.
     host_if: String,
     /// The machine's end of the link (the API server's advertised address).
@@ -61,14 +90,26 @@ pub(crate) struct Network {
 }
 
 impl Network {
-    /// A fresh network namespace holding the node's end of a veth pair.
-    pub fn create(dir: &Path, pause: &Path) -> Result<Network, Error> {
+    /// A fresh network namespace holding the node's end of a veth pair, and
+    /// with `private_mounts` a mount namespace (a slave of this machine's:
+    /// mounts made here reach it, none made there comes back).
+    pub fn create(
+        dir: &Path,
+        pause: &Path,
+        log_prefix: &str,
+        private_mounts: bool,
+    ) -> Result<Network, Error> {
         let logs = dir.join("logs");
+        let mut args: Vec<String> = vec!["--net".into()];
+        if private_mounts {
+            args.extend(["--mount".into(), "--propagation".into(), "slave".into()]);
+        }
+        args.extend(["--".into(), pause.display().to_string()]);
         let holder = Component::spawn(
             "node-network",
             Path::new("unshare"),
-            &["--net".into(), "--".into(), pause.display().to_string()],
-            logs.join("node-network.log"),
+            &args,
+            logs.join(format!("{log_prefix}node-network.log")),
         )?;
         let pid = holder.pid();
         let mine = std::fs::read_link("/proc/self/ns/net").map_err(io("read /proc/self/ns/net"))?;
@@ -80,7 +121,7 @@ impl Network {
                     component: "node-network",
                     waited: Duration::from_secs(5),
                     what: "`unshare --net` to make a network namespace".into(),
-                    log: logs.join("node-network.log"),
+                    log: holder.log.clone(),
                     tail: holder.log_tail(10),
                 });
             }
@@ -144,6 +185,7 @@ impl Network {
         ]))?;
         Ok(Network {
             holder,
+            private_mounts,
             host_if,
             host_ip,
             node_ip,
@@ -151,17 +193,34 @@ impl Network {
         })
     }
 
-    /// `nsenter --net=… -- binary`: a command that runs inside the node's
-    /// network namespace.
+    /// `nsenter --net=… [--mount=…] -- binary`: a command that runs inside
+    /// the node's namespaces.
     fn enter(&self, binary: &Path) -> (PathBuf, Vec<String>) {
-        (
-            PathBuf::from("nsenter"),
-            vec![
-                format!("--net=/proc/{}/ns/net", self.holder.pid()),
-                "--".into(),
-                binary.display().to_string(),
-            ],
-        )
+        let pid = self.holder.pid();
+        let mut args = vec![format!("--net=/proc/{pid}/ns/net")];
+        if self.private_mounts {
+            args.push(format!("--mount=/proc/{pid}/ns/mnt"));
+        }
+        args.extend(["--".into(), binary.display().to_string()]);
+        (PathBuf::from("nsenter"), args)
+    }
+
+    /// Makes each of `paths` the node's own: `root/<path>` bound over
+    /// `<path>` in its mount namespace (the path is made on this machine
+    /// first, empty, as the mount point).
+    fn bind_private(&self, root: &Path, paths: &[PathBuf]) -> Result<(), Error> {
+        for path in paths {
+            let own = root.join(path.strip_prefix("/").unwrap_or(path));
+            for d in [path.as_path(), own.as_path()] {
+                std::fs::create_dir_all(d).map_err(io(format!("create {}", d.display())))?;
+            }
+            run(Command::new("nsenter")
+                .arg(format!("--mount=/proc/{}/ns/mnt", self.holder.pid()))
+                .args(["--", "mount", "--bind"])
+                .arg(&own)
+                .arg(path))?;
+        }
+        Ok(())
     }
 }
 
@@ -239,12 +298,15 @@ fn run(command: &mut Command) -> Result<String, Error> {
 
 /// The running node.
 pub(crate) struct Node {
+    pub name: String,
     network: Network,
     /// containerd, kubelet, kube-proxy (stopped in reverse).
     components: Vec<Component>,
     dir: PathBuf,
     containerd_socket: PathBuf,
     ctr: PathBuf,
+    /// Its kubelet's cgroup root.
+    cgroup_root: String,
     stopped: bool,
 }
 
@@ -263,13 +325,25 @@ impl Node {
     pub fn start(
         bin: &Path,
         dir: &Path,
+        index: usize,
         network: Network,
         access: Access<'_>,
         options: &NodeOptions,
     ) -> Result<Node, Error> {
-        let node_dir = dir.join("node");
-        let logs = dir.join("logs");
+        let name = node_name(index);
+        // The first node keeps the paths of a one-node cluster.
+        let (node_dir, log_prefix) = match index {
+            0 => (dir.join("node"), String::new()),
+            _ => (dir.join("nodes").join(&name), format!("{name}-")),
+        };
+        let log = |component: &str| {
+            dir.join("logs")
+                .join(format!("{log_prefix}{component}.log"))
+        };
         std::fs::create_dir_all(&node_dir).map_err(io(format!("create {}", node_dir.display())))?;
+        if !options.private_paths.is_empty() {
+            network.bind_private(&node_dir.join("root"), &options.private_paths)?;
+        }
         let runc = which("runc").ok_or_else(|| Error::Client {
             what: "starting the node".into(),
             message: "no `runc` on PATH: install Debian's runc (apt-get install runc)".into(),
@@ -292,7 +366,7 @@ impl Node {
             &cni.join("10-wasmprov.conflist"),
             &serde_json::json!({
                 "cniVersion": "1.0.0",
-                "name": "wasmprov-node",
+                "name": name,
                 "plugins": [{
                     "type": "bridge",
                     "bridge": "cni0",
@@ -351,11 +425,16 @@ state = "{state}"
         )?;
 
         let mut node = Node {
+            name: name.clone(),
             network,
             components: Vec::new(),
             dir: dir.to_owned(),
             containerd_socket: containerd_socket.clone(),
             ctr: bin.join("ctr"),
+            cgroup_root: match index {
+                0 => cgroup_root(dir),
+                _ => format!("{}.node-{index}", cgroup_root(dir)),
+            },
             stopped: false,
         };
         let (nsenter, mut args) = node.network.enter(&bin.join("containerd"));
@@ -364,7 +443,7 @@ state = "{state}"
             "containerd",
             &nsenter,
             &args,
-            logs.join("containerd.log"),
+            log("containerd"),
             Some(bin),
         )?;
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -411,7 +490,7 @@ state = "{state}"
         let (nsenter, mut args) = node.network.enter(&bin.join("kube-proxy"));
         args.extend([
             format!("--kubeconfig={}", s(&proxy_kubeconfig)),
-            format!("--hostname-override={NODE_NAME}"),
+            format!("--hostname-override={name}"),
             "--proxy-mode=iptables".into(),
             format!("--cluster-cidr={}", node.network.pod_cidr),
             // It would set these sysctls on this machine: conntrack is not
@@ -421,11 +500,11 @@ state = "{state}"
             "--conntrack-tcp-timeout-close-wait=0".into(),
             "--v=2".into(),
         ]);
-        let proxy = Component::spawn("kube-proxy", &nsenter, &args, logs.join("kube-proxy.log"))?;
+        let proxy = Component::spawn("kube-proxy", &nsenter, &args, log("kube-proxy"))?;
         node.components.push(proxy);
 
         let kubelet_dir = node_dir.join("kubelet");
-        let cgroup_root = cgroup_root(dir);
+        let cgroup_root = node.cgroup_root.clone();
         create_cgroup_root(&cgroup_root)?;
         let kubelet_kubeconfig = tokens_dir.join("kubelet");
         write(
@@ -477,11 +556,11 @@ serializeImagePulls: false
             format!("--kubeconfig={}", s(&kubelet_kubeconfig)),
             format!("--root-dir={}", s(&kubelet_dir)),
             format!("--cert-dir={}", s(&kubelet_dir.join("pki"))),
-            format!("--hostname-override={NODE_NAME}"),
+            format!("--hostname-override={name}"),
             format!("--node-ip={}", node.network.node_ip),
             "--v=2".into(),
         ]);
-        let kubelet = Component::spawn("kubelet", &nsenter, &args, logs.join("kubelet.log"))?;
+        let kubelet = Component::spawn("kubelet", &nsenter, &args, log("kubelet"))?;
         node.components.push(kubelet);
         Ok(node)
     }
@@ -512,6 +591,13 @@ serializeImagePulls: false
         .map(drop)
     }
 
+    /// `path` as the node's processes see it (through its containerd's
+    /// root: its private paths are the node's own).
+    pub fn view(&self, path: &Path) -> PathBuf {
+        let pid = self.components.first().map_or(0, Component::pid);
+        Path::new(&format!("/proc/{pid}/root")).join(path.strip_prefix("/").unwrap_or(path))
+    }
+
     /// Exits of node components, for the cluster's readiness waits.
     pub fn components_mut(&mut self) -> &mut [Component] {
         &mut self.components
@@ -528,7 +614,7 @@ serializeImagePulls: false
         while let Some(mut c) = self.components.pop() {
             c.stop(Duration::from_secs(5));
         }
-        kill_cgroup(&cgroup_root(&self.dir));
+        kill_cgroup(&self.cgroup_root);
         if let Some(mut c) = containerd {
             c.stop(Duration::from_secs(5));
         }
@@ -555,6 +641,31 @@ fn which(name: &str) -> Option<PathBuf> {
 fn cgroup_root(dir: &Path) -> String {
     let run = dir.file_name().unwrap_or_default().to_string_lossy();
     format!("/wasmprov-{run}")
+}
+
+/// The cgroup roots of every node of the run in `dir` that exist: the
+/// first node's, and the others' (`<first>.node-<index>`).
+fn run_cgroup_roots(dir: &Path) -> Vec<String> {
+    let first = cgroup_root(dir);
+    let name = first.trim_start_matches('/').to_owned();
+    let mut roots = std::collections::BTreeSet::from([first.clone()]);
+    for hierarchy in hierarchies() {
+        for entry in std::fs::read_dir(&hierarchy)
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let entry = entry.file_name().to_string_lossy().into_owned();
+            if entry
+                .strip_prefix(&name)
+                .and_then(|rest| rest.strip_prefix(".node-"))
+                .is_some_and(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()))
+            {
+                roots.insert(format!("/{entry}"));
+            }
+        }
+    }
+    roots.into_iter().collect()
 }
 
 /// The cgroup hierarchies mounted under /sys/fs/cgroup (one on cgroup v2).
@@ -661,7 +772,9 @@ fn walk_dirs(dir: &Path) -> Vec<PathBuf> {
 /// that never held a node.
 pub(crate) fn sweep(dir: &Path) {
     let dir = &canonical(dir);
-    kill_cgroup(&cgroup_root(dir));
+    for root in run_cgroup_roots(dir) {
+        kill_cgroup(&root);
+    }
     kill_processes_naming(dir);
     unmount_below(dir);
 }

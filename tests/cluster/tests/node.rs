@@ -1,11 +1,12 @@
 //! The real node: a pod runs from a locally loaded image with a hostPath
 //! volume, and stopping the cluster leaves nothing behind on the machine
-//! (no container, mount, cgroup or network interface).
+//! (no container, mount, cgroup or network interface). Several nodes: each
+//! runs pods, and sees its own private directories, never another's.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use test_cluster::{Cluster, NodeOptions, Options, NODE_NAME};
+use test_cluster::{node_name, Cluster, NodeOptions, Options, NODE_NAME};
 
 fn kubectl(cluster: &Cluster, args: &[&str]) -> String {
     let out = cluster.kubectl().args(args).output().unwrap();
@@ -208,4 +209,100 @@ fn a_killed_clusters_containers_are_swept_by_the_next_start() {
     assert_eq!(mounts_below(&dir), Vec::<String>::new(), "mounts left");
     drop(cluster);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A pause pod on node `node` mounting `path` as a hostPath volume.
+fn pinned_pod(cluster: &Cluster, name: &str, node: &str, path: &Path) {
+    let pod = format!(
+        r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{name}","namespace":"default"}},
+            "spec":{{"nodeName":"{node}","containers":[{{"name":"pause","image":"localhost/wasmprov-test/pause:1",
+              "imagePullPolicy":"Never","volumeMounts":[{{"name":"data","mountPath":"/data"}}]}}],
+            "volumes":[{{"name":"data","hostPath":{{"path":"{}","type":"Directory"}}}}]}}}}"#,
+        path.display()
+    );
+    let mut apply = cluster.kubectl();
+    apply
+        .args(["apply", "-f", "-"])
+        .stdin(std::process::Stdio::piped());
+    let mut child = apply.spawn().unwrap();
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), pod.as_bytes()).unwrap();
+    assert!(child.wait().unwrap().success());
+}
+
+#[test]
+fn two_nodes_run_pods_and_each_sees_only_its_own_private_directory() {
+    let private = Path::new("/var/lib/wasmprov-cluster-test");
+    let cluster = Cluster::start(Options {
+        node: Some(NodeOptions {
+            count: 2,
+            private_paths: vec![private.to_owned()],
+            ..NodeOptions::default()
+        }),
+        ..Options::default()
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    let dir = cluster.dir().to_owned();
+    let names = cluster.node_names();
+    assert_eq!(names, [node_name(0), node_name(1)]);
+
+    // A file made on the first node is that node's alone.
+    let first = cluster.node_view(&names[0], private);
+    let second = cluster.node_view(&names[1], private);
+    std::fs::write(first.join("marker"), "first").unwrap();
+    assert!(!second.join("marker").exists(), "the second node sees it");
+    assert!(!private.join("marker").exists(), "the machine sees it");
+    std::fs::write(second.join("marker"), "second").unwrap();
+    assert_eq!(
+        std::fs::read_to_string(first.join("marker")).unwrap(),
+        "first"
+    );
+
+    // Each runs a pod mounting its own directory.
+    for (i, node) in names.iter().enumerate() {
+        pinned_pod(&cluster, &format!("on-{i}"), node, private);
+    }
+    for i in 0..names.len() {
+        let pod = format!("on-{i}");
+        wait_for(
+            &format!("pod {pod} to run"),
+            Duration::from_secs(120),
+            || {
+                kubectl(
+                    &cluster,
+                    &["get", "pod", &pod, "-o", "jsonpath={.status.phase}"],
+                ) == "Running"
+            },
+        );
+    }
+    for node in &names {
+        let tasks = String::from_utf8(
+            cluster
+                .ctr_on(node)
+                .args(["tasks", "ls"])
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .unwrap();
+        assert!(tasks.contains("RUNNING"), "{node}: ctr tasks ls:\n{tasks}");
+    }
+
+    drop(cluster);
+    assert_eq!(mounts_below(&dir), Vec::<String>::new(), "mounts left");
+    assert_eq!(
+        processes_naming(&dir),
+        Vec::<String>::new(),
+        "processes left"
+    );
+    let run = dir.file_name().unwrap().to_string_lossy().into_owned();
+    let cgroups: Vec<_> = std::fs::read_dir("/sys/fs/cgroup")
+        .unwrap()
+        .flatten()
+        .flat_map(|h| std::fs::read_dir(h.path()).into_iter().flatten().flatten())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(&format!("wasmprov-{run}")))
+        .collect();
+    assert!(cgroups.is_empty(), "cgroups left: {cgroups:?}");
+    assert!(!dir.exists(), "{} left", dir.display());
+    assert!(!private.join("marker").exists());
 }
