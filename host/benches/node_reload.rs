@@ -1,8 +1,8 @@
 //! Plugin update latency on a real node: from the start of `kubectl apply`
-//! of a new plugin version's ConfigMap to deploy/'s node host (the
-//! DaemonSet's pod on the one node, which serves hostpath) serving it (its
-//! `wasmprov_plugin_info` digest, read through the API server's pod proxy
-//! every 100 ms).
+//! of a new plugin version's ConfigMap to deploy/'s node hosts (the
+//! DaemonSet's pods on the two nodes, which serve hostpath) serving it
+//! (their `wasmprov_plugin_info` digest, read through the API server's pod
+//! proxy every 100 ms).
 //!
 //! Run: `cargo bench -p wasmprov --bench node_reload` (needs root, like the
 //! node: tests/cluster/README.md).
@@ -12,7 +12,7 @@
 //!   volume (its `..data` swap) when it next syncs the pod, then the host
 //!   reloads;
 //! - **directory, pods annotated**: the same, with `kubectl annotate` of
-//!   the pod right after the apply (an update of a pod makes the kubelet
+//!   the pods right after the apply (an update of a pod makes the kubelet
 //!   sync it, and remount its ConfigMap volumes, at once);
 //! - **API** (deploy/ with the api-source component): the host watches the
 //!   ConfigMap itself.
@@ -84,7 +84,7 @@ fn main() {
 }
 
 /// Applies `UPDATES` new versions, one after the other; for each, the time
-/// until the node host serves it and the time `kubectl apply` itself took.
+/// until both node hosts serve it and the time `kubectl apply` itself took.
 fn updates(
     cluster: &Cluster,
     wasm: &[u8],
@@ -95,7 +95,7 @@ fn updates(
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let client = runtime.block_on(cluster.client()).unwrap();
     let pods = runtime.block_on(node_hosts(&client));
-    assert_eq!(pods.len(), 1, "{pods:?}");
+    assert_eq!(pods.len(), 2, "a node host per node: {pods:?}");
     let dir = tempfile::tempdir().unwrap();
     let mut times = Vec::new();
     for i in 0..UPDATES {
@@ -125,7 +125,7 @@ fn updates(
             std::thread::sleep(Duration::from_millis(100));
         }
         let took = started.elapsed();
-        eprintln!("{source}: update {i} served by the node host after {took:.1?}");
+        eprintln!("{source}: update {i} served by both node hosts after {took:.1?}");
         times.push((took, applied));
     }
     times

@@ -8,9 +8,11 @@
 //! nothing; and a plugin and a tenant's Pod together cannot reach the node
 //! (node/sandbox.rs).
 //!
-//! The node is test_cluster's (containerd, kubelet, kube-proxy, Debian's
-//! runc and CNI plugins): it needs root, as CI has. Its hostPath volumes are
-//! this machine's `/var/lib/wasmprov/hostpath`, as on any single node.
+//! The cluster has two real nodes (test_cluster's: containerd, kubelet,
+//! kube-proxy each, Debian's runc and CNI plugins; it needs root, as CI
+//! has), and each has its own `/var/lib/wasmprov` (a directory of its own in
+//! a mount namespace of its own), so a volume made on the wrong node, or a
+//! file left on one, shows as such.
 
 #[path = "node/sandbox.rs"]
 mod sandbox;
@@ -28,7 +30,7 @@ use support::node::{
     apply, apply_in, node_hosts, not_serving, replicas, run, served_digest, LIMIT, NS,
 };
 use support::{eventually_within, workspace_root};
-use test_cluster::{Cluster, NODE_NAME};
+use test_cluster::{node_name, Cluster, NODE_NAME};
 
 /// The hostpath classes' hostRoot (deploy/storageclasses.yaml).
 const HOST_ROOT: &str = "/var/lib/wasmprov/hostpath";
@@ -62,11 +64,18 @@ fn claim(ns: &str, name: &str, class: &str) -> String {
 
 /// A claim whose node is already chosen, as the scheduler writes it when a
 /// pod of the claim is scheduled (the classes wait for a consumer): for
-/// claims no pod uses.
+/// claims no pod uses. On the first node.
 fn claim_on_the_node(ns: &str, name: &str, class: &str) -> String {
+    claim_on(ns, name, class, NODE_NAME)
+}
+
+/// [`claim_on_the_node`], on node `node`.
+fn claim_on(ns: &str, name: &str, class: &str, node: &str) -> String {
     claim(ns, name, class).replace(
         &format!("  namespace: {ns}\n"),
-        &format!("  namespace: {ns}\n  annotations:\n    volume.kubernetes.io/selected-node: {NODE_NAME}\n"),
+        &format!(
+            "  namespace: {ns}\n  annotations:\n    volume.kubernetes.io/selected-node: {node}\n"
+        ),
     )
 }
 
@@ -120,6 +129,35 @@ async fn bound_volume(client: &Client, ns: &str, claim: &str) -> PersistentVolum
 fn host_path(volume: &PersistentVolume) -> PathBuf {
     let spec = volume.spec.as_ref().unwrap();
     PathBuf::from(&spec.host_path.as_ref().expect("a hostPath volume").path)
+}
+
+/// The one node a volume is pinned to.
+fn pinned_node(volume: &PersistentVolume) -> String {
+    let affinity = serde_json::to_value(&volume.spec.as_ref().unwrap().node_affinity).unwrap();
+    let terms = &affinity["required"]["nodeSelectorTerms"];
+    assert_eq!(
+        terms.as_array().map(Vec::len),
+        Some(1),
+        "one term: {affinity}"
+    );
+    let values = &terms[0]["matchExpressions"][0]["values"];
+    assert_eq!(values.as_array().map(Vec::len), Some(1), "{affinity}");
+    values[0].as_str().unwrap().to_owned()
+}
+
+/// Where this machine has a volume's directory: on the node it is pinned
+/// to; and that no other node has it.
+fn on_its_node(cluster: &Cluster, volume: &PersistentVolume) -> PathBuf {
+    let node = pinned_node(volume);
+    let path = host_path(volume);
+    for other in cluster.node_names().iter().filter(|n| **n != node) {
+        assert!(
+            !cluster.node_view(other, &path).exists(),
+            "{} is on node {other} too",
+            path.display()
+        );
+    }
+    cluster.node_view(&node, &path)
 }
 
 async fn running(client: &Client, ns: &str, pod: &str) -> Pod {
@@ -178,17 +216,20 @@ fn claim_namespace(volume: &PersistentVolume) -> Option<&str> {
         .as_deref()
 }
 
-/// The volume directories under the hostpath root.
-fn volume_dirs() -> BTreeSet<String> {
-    std::fs::read_dir(HOST_ROOT)
-        .map(|entries| {
-            entries
-                .flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with("pvc-"))
-                .collect()
-        })
-        .unwrap_or_default()
+/// The volume directories under the hostpath root of every node, as
+/// `node/name`.
+fn volume_dirs(cluster: &Cluster) -> BTreeSet<String> {
+    let mut dirs = BTreeSet::new();
+    for node in cluster.node_names() {
+        let root = cluster.node_view(&node, Path::new(HOST_ROOT));
+        for e in std::fs::read_dir(root).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with("pvc-") {
+                dirs.insert(format!("{node}/{name}"));
+            }
+        }
+    }
+    dirs
 }
 
 /// The `wasmprov` container of a replica: its status.
@@ -203,9 +244,21 @@ async fn host_container(client: &Client, pod: &str) -> ContainerStatus {
         .expect("a wasmprov container status")
 }
 
-/// The node's process ID of a replica's running `wasmprov` container.
-fn host_pid(cluster: &Cluster, container: &ContainerStatus) -> String {
-    let tasks = run(cluster.ctr().args(["tasks", "ls"]));
+/// The node a pod of the install runs on.
+async fn node_of(client: &Client, pod: &str) -> String {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    pods.get(pod)
+        .await
+        .unwrap()
+        .spec
+        .and_then(|s| s.node_name)
+        .expect("a scheduled pod")
+}
+
+/// The machine's process ID of a host pod's running `wasmprov` container
+/// on `node`.
+fn host_pid(cluster: &Cluster, node: &str, container: &ContainerStatus) -> String {
+    let tasks = run(cluster.ctr_on(node).args(["tasks", "ls"]));
     let id = container
         .container_id
         .as_deref()
@@ -219,14 +272,22 @@ fn host_pid(cluster: &Cluster, container: &ContainerStatus) -> String {
         .to_owned()
 }
 
-/// Both central replicas and the node host ready and never restarted
-/// (probes pass), from the image deploy/image/build.sh made, their process
-/// running as 65532 on the node.
+/// Both central replicas and a node host on each node ready and never
+/// restarted (probes pass), from the image deploy/image/build.sh made,
+/// their process running as 65532.
 async fn the_hosts_run_from_the_image_as_the_containerfile_says(cluster: &Cluster) {
     let client = cluster.client().await.unwrap();
     let pods = replicas(&client).await;
-    assert_eq!(pods.len(), 3, "{pods:?}");
-    assert_eq!(node_hosts(&client).await.len(), 1);
+    assert_eq!(pods.len(), 4, "{pods:?}");
+    let mut served = BTreeSet::new();
+    for pod in node_hosts(&client).await {
+        served.insert(node_of(&client, &pod).await);
+    }
+    assert_eq!(
+        served,
+        cluster.node_names().into_iter().collect(),
+        "a node host on each node"
+    );
     for pod in &pods {
         let c = host_container(&client, pod).await;
         assert!(c.ready, "{pod} is not ready: {c:?}");
@@ -235,7 +296,7 @@ async fn the_hosts_run_from_the_image_as_the_containerfile_says(cluster: &Cluste
             c.image,
             concat!("ghcr.io/wasmprov/wasmprov:", env!("CARGO_PKG_VERSION"))
         );
-        let pid = host_pid(cluster, &c);
+        let pid = host_pid(cluster, &node_of(&client, pod).await, &c);
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
         let uid = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
         assert_eq!(
@@ -252,7 +313,7 @@ async fn app_pods_write_to_volumes_the_node_host_made(cluster: &Cluster) {
     // deploy/claim.yaml's demo claim and pod: the pod's output is on the node.
     let demo = bound_volume(&client, NS, "demo").await;
     running(&client, NS, "demo").await;
-    let demo_file = host_path(&demo).join("hello");
+    let demo_file = on_its_node(cluster, &demo).join("hello");
     eventually_within(LIMIT, "the demo pod's file on the node", || {
         let file = demo_file.clone();
         async move { std::fs::read_to_string(file).ok().filter(|t| !t.is_empty()) }
@@ -269,7 +330,8 @@ async fn app_pods_write_to_volumes_the_node_host_made(cluster: &Cluster) {
     );
     let volume = bound_volume(&client, ns, "data").await;
     let pod = running(&client, ns, "writer").await;
-    assert_eq!(pod.spec.unwrap().node_name.as_deref(), Some(NODE_NAME));
+    let node = pod.spec.unwrap().node_name.unwrap();
+    assert_eq!(pinned_node(&volume), node);
     assert!(
         host_path(&volume).starts_with(HOST_ROOT),
         "{}",
@@ -283,10 +345,8 @@ async fn app_pods_write_to_volumes_the_node_host_made(cluster: &Cluster) {
         .annotations()
         .get("volume.kubernetes.io/selected-node")
         .cloned();
-    assert_eq!(selected.as_deref(), Some(NODE_NAME));
-    let affinity = serde_json::to_string(&volume.spec.as_ref().unwrap().node_affinity).unwrap();
-    assert!(affinity.contains(NODE_NAME), "node affinity {affinity}");
-    let file = host_path(&volume).join("hello");
+    assert_eq!(selected.as_deref(), Some(node.as_str()));
+    let file = on_its_node(cluster, &volume).join("hello");
     let text = eventually_within(LIMIT, "the pod's file on the node", || {
         let file = file.clone();
         async move { std::fs::read_to_string(file).ok() }
@@ -294,10 +354,11 @@ async fn app_pods_write_to_volumes_the_node_host_made(cluster: &Cluster) {
     .await;
     assert_eq!(text.trim(), "hello-from-a-pod");
 
-    // Pods of any user write to the shipped classes' volumes: the kubelet
-    // applies no fsGroup to hostPath, the host gives each directory the
-    // class's mode (0777).
-    let mut dirs = vec![host_path(&volume)];
+    // Pods of any user, on both nodes, write to the shipped classes'
+    // volumes: the kubelet applies no fsGroup to hostPath, the host gives
+    // each directory the class's mode (0777); each file is on its pod's
+    // node and no other.
+    let mut dirs = vec![on_its_node(cluster, &volume)];
     let users = [
         ("uid-1000", r#"{"runAsUser": 1000, "runAsGroup": 1000}"#),
         (
@@ -307,22 +368,41 @@ async fn app_pods_write_to_volumes_the_node_host_made(cluster: &Cluster) {
         ("nobody", r#"{"runAsUser": 65534, "runAsGroup": 65534}"#),
         ("root", r#"{"runAsUser": 0}"#),
     ];
-    for (who, security) in users {
+    for (i, (who, security)) in users.iter().enumerate() {
         apply(cluster, &claim(ns, who, "hostpath"));
-        apply(cluster, &writer_pod_as(ns, who, who, who, security));
+        let on = node_name(i % 2);
+        let pod = writer_pod_as(ns, who, who, who, security).replace(
+            "  securityContext:",
+            &format!("  nodeSelector: {{kubernetes.io/hostname: {on}}}\n  securityContext:"),
+        );
+        apply(cluster, &pod);
     }
-    for (who, _) in users {
+    for (i, (who, _)) in users.iter().enumerate() {
         let volume = bound_volume(&client, ns, who).await;
         running(&client, ns, who).await;
-        let file = host_path(&volume).join("hello");
+        assert_eq!(pinned_node(&volume), node_name(i % 2), "{who}");
+        let file = on_its_node(cluster, &volume).join("hello");
         let text = eventually_within(LIMIT, &format!("the file of the pod as {who}"), || {
             let file = file.clone();
             async move { std::fs::read_to_string(file).ok() }
         })
         .await;
-        assert_eq!(text.trim(), who);
-        dirs.push(host_path(&volume));
+        assert_eq!(text.trim(), *who);
+        dirs.push(on_its_node(cluster, &volume));
     }
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), ns);
+    let warnings: Vec<String> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.type_.as_deref() == Some("Warning"))
+        // The test nodes run no cluster DNS: each kubelet says so per pod.
+        .filter(|e| e.reason.as_deref() != Some("MissingClusterDNS"))
+        .map(|e| format!("{:?}: {:?}", e.reason, e.message))
+        .collect();
+    assert!(warnings.is_empty(), "{warnings:?}");
 
     delete_all(&client, ns, &dirs).await;
 }
@@ -330,7 +410,7 @@ async fn app_pods_write_to_volumes_the_node_host_made(cluster: &Cluster) {
 async fn a_plugin_update_reaches_the_pods_through_the_kubelet(cluster: &Cluster) {
     let client = cluster.client().await.unwrap();
     let pods = node_hosts(&client).await;
-    assert_eq!(pods.len(), 1, "{pods:?}");
+    assert_eq!(pods.len(), cluster.node_names().len(), "{pods:?}");
 
     let wasm = std::fs::read(support::rust_plugin_path("hostpath")).unwrap();
     let tag = format!("node-e2e-{}", std::process::id());
@@ -369,14 +449,13 @@ async fn a_plugin_update_reaches_the_pods_through_the_kubelet(cluster: &Cluster)
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
     eprintln!(
-        "node e2e: the node host served the new plugin version {:.0} s after kubectl apply",
+        "node e2e: both node hosts served the new plugin version {:.0} s after kubectl apply",
         started.elapsed().as_secs_f64()
     );
     let mut dirs = Vec::new();
     for i in 0..n {
-        dirs.push(host_path(
-            &bound_volume(&client, ns, &format!("during-{i}")).await,
-        ));
+        let volume = bound_volume(&client, ns, &format!("during-{i}")).await;
+        dirs.push(on_its_node(cluster, &volume));
     }
     delete_all(&client, ns, &dirs).await;
 
@@ -392,9 +471,9 @@ async fn killing_the_node_host_in_a_burst_of_claims_loses_and_leaks_nothing(clus
     let client = cluster.client().await.unwrap();
     let ns = "e2e-burst";
     apply(cluster, &namespace(ns));
-    let before = volume_dirs();
+    let before = volume_dirs(cluster);
 
-    // The node host holding its node's Lease.
+    // The first node's host, holding its node's Lease.
     let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
     let leader = leases
         .get(&format!("node.wasmprov.io.{NODE_NAME}"))
@@ -403,7 +482,8 @@ async fn killing_the_node_host_in_a_burst_of_claims_loses_and_leaks_nothing(clus
         .spec
         .and_then(|s| s.holder_identity)
         .expect("the node host holds its node's Lease");
-    assert_eq!(vec![leader.clone()], node_hosts(&client).await);
+    assert!(node_hosts(&client).await.contains(&leader), "{leader}");
+    assert_eq!(node_of(&client, &leader).await, NODE_NAME);
     let container = host_container(&client, &leader).await;
     let restarts = container.restart_count;
     let id = container
@@ -413,12 +493,13 @@ async fn killing_the_node_host_in_a_burst_of_claims_loses_and_leaks_nothing(clus
         .expect("a containerd container ID")
         .to_owned();
 
+    // Over both nodes.
     const CLAIMS: usize = 30;
     let all: String = (0..CLAIMS)
         .map(|i| {
             format!(
                 "---\n{}",
-                claim_on_the_node(ns, &format!("burst-{i}"), "hostpath")
+                claim_on(ns, &format!("burst-{i}"), "hostpath", &node_name(i % 2))
             )
         })
         .collect();
@@ -439,7 +520,7 @@ async fn killing_the_node_host_in_a_burst_of_claims_loses_and_leaks_nothing(clus
     })
     .await;
     run(cluster
-        .ctr()
+        .ctr_on(NODE_NAME)
         .args(["tasks", "kill", "--signal", "SIGKILL", &id]));
     assert!(
         made_before_kill < CLAIMS,
@@ -449,14 +530,12 @@ async fn killing_the_node_host_in_a_burst_of_claims_loses_and_leaks_nothing(clus
 
     let mut volumes = BTreeSet::new();
     let mut dirs = Vec::new();
+    let mut expected = BTreeSet::new();
     for i in 0..CLAIMS {
         let v = bound_volume(&client, ns, &format!("burst-{i}")).await;
-        let affinity = serde_json::to_string(&v.spec.as_ref().unwrap().node_affinity).unwrap();
-        assert!(
-            affinity.contains(NODE_NAME),
-            "pinned to the node: {affinity}"
-        );
-        dirs.push(host_path(&v));
+        assert_eq!(pinned_node(&v), node_name(i % 2), "burst-{i}");
+        dirs.push(on_its_node(cluster, &v));
+        expected.insert(format!("{}/{}", node_name(i % 2), v.name_any()));
         assert!(
             volumes.insert(v.name_any()),
             "two claims share {}",
@@ -484,14 +563,10 @@ async fn killing_the_node_host_in_a_burst_of_claims_loses_and_leaks_nothing(clus
         .filter(|v| claim_namespace(v) == Some(ns))
         .count();
     assert_eq!(of_burst, CLAIMS, "volumes for {CLAIMS} claims");
-    let made: BTreeSet<String> = volume_dirs().difference(&before).cloned().collect();
-    let expected: BTreeSet<String> = dirs
-        .iter()
-        .map(|d| d.file_name().unwrap().to_string_lossy().into_owned())
-        .collect();
-    assert_eq!(made, expected, "directories made for the burst");
+    let made: BTreeSet<String> = volume_dirs(cluster).difference(&before).cloned().collect();
+    assert_eq!(made, expected, "directories made for the burst, by node");
 
     delete_all(&client, ns, &dirs).await;
-    let left: BTreeSet<String> = volume_dirs().difference(&before).cloned().collect();
+    let left: BTreeSet<String> = volume_dirs(cluster).difference(&before).cloned().collect();
     assert!(left.is_empty(), "directories leaked: {left:?}");
 }

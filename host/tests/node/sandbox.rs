@@ -27,7 +27,7 @@ use super::support::node::{
 };
 use super::support::{self, eventually_within, workspace_root};
 use super::{
-    bound_volume, claim_on_the_node as claim, host_container, host_pid, namespace, running,
+    bound_volume, claim_on_the_node as claim, host_container, host_pid, namespace, node_of, running,
 };
 
 /// The pool the misbehave plugin is granted, on the node.
@@ -37,6 +37,12 @@ const TEST_NS: &str = "e2e-sandbox";
 /// volume B at `s/b`) away, tenant A's volume `a` (holding the pod's link
 /// `b -> /`) into its place. Were both allowed, B's saved path would be `/`.
 const SWAP: &str = "/data/s>/data/t;/data/a>/data/s";
+
+/// Where this machine has `path` of the node the attacks run on (the
+/// first: every claim here selects it).
+fn on_node(cluster: &Cluster, path: &Path) -> PathBuf {
+    cluster.node_view(NODE_NAME, path)
+}
 
 pub async fn a_plugin_and_a_tenants_pod_cannot_reach_the_node(cluster: &Cluster) {
     let client = cluster.client().await.unwrap();
@@ -56,7 +62,7 @@ pub async fn a_plugin_and_a_tenants_pod_cannot_reach_the_node(cluster: &Cluster)
     );
     apply(cluster, &tenant_pod());
     running(&client, TEST_NS, "tenant").await;
-    the_tenants_files_are_on_the_node().await;
+    the_tenants_files_are_on_the_node(cluster).await;
     apply(cluster, &attacks);
 
     // Provision, delete and the host's clean-up delete each try the swap.
@@ -70,8 +76,11 @@ pub async fn a_plugin_and_a_tenants_pod_cannot_reach_the_node(cluster: &Cluster)
     delete_claim(&client, "swap-delete").await;
     let failed = provisioning_failed(&client, "swap-cleanup").await;
     assert!(failed.contains(REFUSED_BY_POLICY), "{failed}");
-    assert_real_directory(&b);
-    assert!(!Path::new(POOL).join("t").exists(), "the layout moved");
+    assert_real_directory(&on_node(cluster, &b));
+    assert!(
+        !on_node(cluster, &Path::new(POOL).join("t")).exists(),
+        "the layout moved"
+    );
 
     // Special files: never moved, never opened, never a volume.
     let failed = provisioning_failed(&client, "move-special").await;
@@ -121,16 +130,21 @@ pub async fn a_plugin_and_a_tenants_pod_cannot_reach_the_node(cluster: &Cluster)
         .delete_collection(&DeleteParams::default(), &ListParams::default())
         .await
         .unwrap();
-    assert_real_directory(&b);
-    std::fs::remove_dir_all(POOL).unwrap();
+    assert_real_directory(&on_node(cluster, &b));
+    for node in cluster.node_names() {
+        std::fs::remove_dir_all(cluster.node_view(&node, Path::new(POOL))).unwrap();
+    }
 }
 
 /// As an operator adds a node plugin: its ConfigMap, its policy (`runsOn:
-/// node`), its directory on the node, and the DaemonSet's plugin volume
-/// projecting it (a rollout). Returns once the new node host serves it.
+/// node`), its directory on each node, and the DaemonSet's plugin volume
+/// projecting it (a rollout). Returns once the new node hosts serve it.
 async fn add_the_misbehave_plugin(cluster: &Cluster, client: &Client) {
-    std::fs::create_dir_all(POOL).unwrap();
-    std::os::unix::fs::chown(POOL, Some(65532), Some(65532)).unwrap();
+    for node in cluster.node_names() {
+        let pool = cluster.node_view(&node, Path::new(POOL));
+        std::fs::create_dir_all(&pool).unwrap();
+        std::os::unix::fs::chown(&pool, Some(65532), Some(65532)).unwrap();
+    }
     let wasm = support::rust_guest_path("misbehave");
     let manifest = support::pack(
         Path::new(env!("CARGO_BIN_EXE_wasmprov")),
@@ -161,7 +175,7 @@ async fn add_the_misbehave_plugin(cluster: &Cluster, client: &Client) {
         .arg(patch.to_string()));
     rolled_out(cluster, "daemonset/wasmprov-node");
     let digest = support::digest(&std::fs::read(&wasm).unwrap());
-    eventually_within(LIMIT, "the node host to serve misbehave", || {
+    eventually_within(LIMIT, "the node hosts to serve misbehave", || {
         let (client, digest) = (client.clone(), digest.clone());
         async move {
             let pods = node_hosts(&client).await;
@@ -170,7 +184,7 @@ async fn add_the_misbehave_plugin(cluster: &Cluster, client: &Client) {
                     return None;
                 }
             }
-            (pods.len() == 1).then_some(())
+            (pods.len() == cluster.node_names().len()).then_some(())
         }
     })
     .await;
@@ -294,9 +308,9 @@ spec:
     )
 }
 
-async fn the_tenants_files_are_on_the_node() {
+async fn the_tenants_files_are_on_the_node(cluster: &Cluster) {
     use std::os::unix::fs::FileTypeExt;
-    let a = Path::new(POOL).join("a");
+    let a = on_node(cluster, &Path::new(POOL).join("a"));
     eventually_within(LIMIT, "the tenant's files on the node", || {
         let a = a.clone();
         async move {
@@ -429,8 +443,10 @@ async fn a_compile_bomb_leaves_the_previous_version_serving(cluster: &Cluster, c
         );
         let c = host_container(client, pod).await;
         assert!(c.ready && c.restart_count == restarts, "{pod}: {c:?}");
+        let node = node_of(client, pod).await;
         let status =
-            std::fs::read_to_string(format!("/proc/{}/status", host_pid(cluster, &c))).unwrap();
+            std::fs::read_to_string(format!("/proc/{}/status", host_pid(cluster, &node, &c)))
+                .unwrap();
         let peak_kib: u64 = status
             .lines()
             .find_map(|l| l.strip_prefix("VmHWM:"))
@@ -450,7 +466,14 @@ async fn a_compile_bomb_leaves_the_previous_version_serving(cluster: &Cluster, c
 /// `b -> /`) are the tenant's business: a restarted host starts, serves
 /// every plugin and reports nothing unusable.
 async fn the_host_restarts_over_a_tenants_links(cluster: &Cluster, client: &Client) {
-    let pod = node_hosts(client).await.remove(0);
+    // The host of the node holding the tenant's links.
+    let mut pod = None;
+    for p in node_hosts(client).await {
+        if node_of(client, &p).await == NODE_NAME {
+            pod = Some(p);
+        }
+    }
+    let pod = pod.expect("a node host on the first node");
     let container = host_container(client, &pod).await;
     let id = container
         .container_id
@@ -458,7 +481,7 @@ async fn the_host_restarts_over_a_tenants_links(cluster: &Cluster, client: &Clie
         .unwrap()
         .trim_start_matches("containerd://");
     run(cluster
-        .ctr()
+        .ctr_on(NODE_NAME)
         .args(["tasks", "kill", "--signal", "SIGKILL", id]));
     eventually_within(LIMIT, "the killed container to be restarted", || {
         let (client, pod) = (client.clone(), pod.clone());

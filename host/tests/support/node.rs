@@ -42,15 +42,17 @@ pub fn image(args: &[&str]) -> PathBuf {
     PathBuf::from(out.trim())
 }
 
-/// A cluster with a node, the kustomization `dir` (deploy/ or an overlay
-/// of it) applied and its Deployment and DaemonSet available. Blocks: call it from a
-/// thread of its own in async code.
+/// A cluster with two nodes, each with its own `/var/lib/wasmprov`, the
+/// kustomization `dir` (deploy/ or an overlay of it) applied and its
+/// Deployment and DaemonSet available. Blocks: call it from a thread of
+/// its own in async code.
 pub fn deploy(dir: &Path) -> Cluster {
     let images = vec![image(&[]), image(&["--busybox"])];
     let cluster = Cluster::start(Options {
         node: Some(NodeOptions {
             images,
-            ..NodeOptions::default()
+            count: 2,
+            private_paths: vec![PathBuf::from("/var/lib/wasmprov")],
         }),
         ..Options::default()
     })

@@ -345,10 +345,10 @@ impl Cluster {
         nodes.iter().map(|n| n.name.clone()).collect()
     }
 
-    /// Where this process reads `path` as node `name`'s processes (its
-    /// kubelet, its pods' hostPath volumes) see it: the node's own directory
-    /// for its private paths ([`NodeOptions::private_paths`]), this
-    /// machine's otherwise. Valid while the node runs.
+    /// Where this machine has what node `name`'s processes (its kubelet,
+    /// its pods' hostPath volumes) see at `path`: the node's own directory
+    /// below its private paths ([`NodeOptions::private_paths`]), `path`
+    /// itself otherwise. Made with the node, removed with the cluster.
     pub fn node_view(&self, name: &str, path: &Path) -> PathBuf {
         self.with_node(name, |n| n.view(path))
     }

@@ -307,6 +307,9 @@ pub(crate) struct Node {
     ctr: PathBuf,
     /// Its kubelet's cgroup root.
     cgroup_root: String,
+    /// Its private paths, and the directory on this machine holding them.
+    private_paths: Vec<PathBuf>,
+    private_root: PathBuf,
     stopped: bool,
 }
 
@@ -341,8 +344,9 @@ impl Node {
                 .join(format!("{log_prefix}{component}.log"))
         };
         std::fs::create_dir_all(&node_dir).map_err(io(format!("create {}", node_dir.display())))?;
+        let private_root = node_dir.join("root");
         if !options.private_paths.is_empty() {
-            network.bind_private(&node_dir.join("root"), &options.private_paths)?;
+            network.bind_private(&private_root, &options.private_paths)?;
         }
         let runc = which("runc").ok_or_else(|| Error::Client {
             what: "starting the node".into(),
@@ -435,6 +439,8 @@ state = "{state}"
                 0 => cgroup_root(dir),
                 _ => format!("{}.node-{index}", cgroup_root(dir)),
             },
+            private_paths: options.private_paths.clone(),
+            private_root,
             stopped: false,
         };
         let (nsenter, mut args) = node.network.enter(&bin.join("containerd"));
@@ -591,11 +597,15 @@ serializeImagePulls: false
         .map(drop)
     }
 
-    /// `path` as the node's processes see it (through its containerd's
-    /// root: its private paths are the node's own).
+    /// Where this machine has what the node sees at `path`: below one of
+    /// its private paths, the node's own directory; else `path` itself.
     pub fn view(&self, path: &Path) -> PathBuf {
-        let pid = self.components.first().map_or(0, Component::pid);
-        Path::new(&format!("/proc/{pid}/root")).join(path.strip_prefix("/").unwrap_or(path))
+        if self.private_paths.iter().any(|p| path.starts_with(p)) {
+            self.private_root
+                .join(path.strip_prefix("/").unwrap_or(path))
+        } else {
+            path.to_owned()
+        }
     }
 
     /// Exits of node components, for the cluster's readiness waits.

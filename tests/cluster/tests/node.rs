@@ -18,6 +18,17 @@ fn kubectl(cluster: &Cluster, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `kubectl apply -f -` of `object` (JSON or YAML).
+fn apply(cluster: &Cluster, object: &str) {
+    let mut apply = cluster.kubectl();
+    apply
+        .args(["apply", "-f", "-"])
+        .stdin(std::process::Stdio::piped());
+    let mut child = apply.spawn().unwrap();
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), object.as_bytes()).unwrap();
+    assert!(child.wait().unwrap().success());
+}
+
 fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + limit;
     while !done() {
@@ -73,13 +84,7 @@ fn a_pod_runs_on_the_node_and_stopping_leaves_nothing_behind() {
             "volumes":[{{"name":"data","hostPath":{{"path":"{}"}}}}]}}}}"#,
         host_dir.path().display()
     );
-    let mut apply = cluster.kubectl();
-    apply
-        .args(["apply", "-f", "-"])
-        .stdin(std::process::Stdio::piped());
-    let mut child = apply.spawn().unwrap();
-    std::io::Write::write_all(child.stdin.as_mut().unwrap(), pod.as_bytes()).unwrap();
-    assert!(child.wait().unwrap().success());
+    apply(&cluster, &pod);
 
     wait_for("the pod to run", Duration::from_secs(120), || {
         kubectl(
@@ -220,13 +225,7 @@ fn pinned_pod(cluster: &Cluster, name: &str, node: &str, path: &Path) {
             "volumes":[{{"name":"data","hostPath":{{"path":"{}","type":"Directory"}}}}]}}}}"#,
         path.display()
     );
-    let mut apply = cluster.kubectl();
-    apply
-        .args(["apply", "-f", "-"])
-        .stdin(std::process::Stdio::piped());
-    let mut child = apply.spawn().unwrap();
-    std::io::Write::write_all(child.stdin.as_mut().unwrap(), pod.as_bytes()).unwrap();
-    assert!(child.wait().unwrap().success());
+    apply(cluster, &pod);
 }
 
 #[test]
