@@ -23,7 +23,7 @@ mod support;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use support::node::{apply_in, deploy, node_hosts, not_serving, run, NS};
+use support::node::{apply_in, deploy, node_hosts, not_serving, run, NODES, NS};
 use support::workspace_root;
 use test_cluster::Cluster;
 
@@ -84,7 +84,7 @@ fn main() {
 }
 
 /// Applies `UPDATES` new versions, one after the other; for each, the time
-/// until both node hosts serve it and the time `kubectl apply` itself took.
+/// until every node host serves it and the time `kubectl apply` itself took.
 fn updates(
     cluster: &Cluster,
     wasm: &[u8],
@@ -95,7 +95,7 @@ fn updates(
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let client = runtime.block_on(cluster.client()).unwrap();
     let pods = runtime.block_on(node_hosts(&client));
-    assert_eq!(pods.len(), 2, "a node host per node: {pods:?}");
+    assert_eq!(pods.len(), NODES, "a node host per node: {pods:?}");
     let dir = tempfile::tempdir().unwrap();
     let mut times = Vec::new();
     for i in 0..UPDATES {
@@ -125,7 +125,7 @@ fn updates(
             std::thread::sleep(Duration::from_millis(100));
         }
         let took = started.elapsed();
-        eprintln!("{source}: update {i} served by both node hosts after {took:.1?}");
+        eprintln!("{source}: update {i} served by every node host after {took:.1?}");
         times.push((took, applied));
     }
     times

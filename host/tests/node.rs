@@ -4,11 +4,14 @@
 //! ServiceAccount tokens and the plugin ConfigMap mounted by the kubelet;
 //! deploy/'s demo Pod and an app Pod write to the volumes the node host
 //! makes; a plugin update arrives through the kubelet's `..data` swap;
-//! killing the node host's container in a burst of claims loses and leaks
-//! nothing; and a plugin and a tenant's Pod together cannot reach the node
-//! (node/sandbox.rs).
+//! sixty pods of several users, spread over the nodes by the scheduler,
+//! write to volumes made on their own nodes; killing the node host's
+//! container in a burst of claims loses and leaks nothing; a plugin and a
+//! tenant's Pod together cannot reach the node (node/sandbox.rs); a backend
+//! added to the central replicas serves pods on every node; and a node that
+//! hangs and is deleted in the middle of a burst loses no claim.
 //!
-//! The cluster has two real nodes (test_cluster's: containerd, kubelet,
+//! The cluster has three real nodes (test_cluster's: containerd, kubelet,
 //! kube-proxy each, Debian's runc and CNI plugins; it needs root, as CI
 //! has), and each has its own `/var/lib/wasmprov` (a directory of its own in
 //! a mount namespace of its own), so a volume made on the wrong node, or a
@@ -27,7 +30,7 @@ use k8s_openapi::api::core::v1::{ContainerStatus, PersistentVolume, PersistentVo
 use kube::api::{DeleteParams, ListParams};
 use kube::{Api, Client, ResourceExt};
 use support::node::{
-    apply, apply_in, node_hosts, not_serving, replicas, run, served_digest, LIMIT, NS,
+    apply, apply_in, node_hosts, not_serving, replicas, rolled_out, run, served_digest, LIMIT, NS,
 };
 use support::{eventually_within, workspace_root};
 use test_cluster::{node_name, Cluster, NODE_NAME};
@@ -48,8 +51,16 @@ async fn deploy_runs_on_a_real_node() {
     the_hosts_run_from_the_image_as_the_containerfile_says(&cluster).await;
     app_pods_write_to_volumes_the_node_host_made(&cluster).await;
     a_plugin_update_reaches_the_pods_through_the_kubelet(&cluster).await;
+    sixty_pods_of_any_user_write_to_volumes_on_their_own_nodes(&cluster).await;
     killing_the_node_host_in_a_burst_of_claims_loses_and_leaks_nothing(&cluster).await;
     sandbox::a_plugin_and_a_tenants_pod_cannot_reach_the_node(&cluster).await;
+    let share = tempfile::Builder::new()
+        .prefix("wasmprov-share-")
+        .tempdir_in("/var/lib")
+        .unwrap();
+    a_central_backend_serves_pods_on_every_node(&cluster, share.path()).await;
+    // Last: the cluster has a node less afterwards.
+    a_node_that_hangs_and_is_deleted_mid_burst_loses_no_claim(&cluster).await;
 }
 
 fn namespace(name: &str) -> String {
@@ -87,6 +98,19 @@ fn writer_pod(ns: &str, name: &str, claim: &str, text: &str) -> String {
 
 /// [`writer_pod`] with the pod's `securityContext` (JSON).
 fn writer_pod_as(ns: &str, name: &str, claim: &str, text: &str, security: &str) -> String {
+    pod_writing(ns, name, claim, "hello", text, security)
+}
+
+/// A busybox Pod, with `securityContext` `security` (JSON), that writes
+/// `text` into `/data/FILE` on the claim and stays up.
+fn pod_writing(
+    ns: &str,
+    name: &str,
+    claim: &str,
+    file: &str,
+    text: &str,
+    security: &str,
+) -> String {
     format!(
         r#"apiVersion: v1
 kind: Pod
@@ -99,7 +123,7 @@ spec:
   containers:
     - name: app
       image: docker.io/library/busybox:1.37
-      command: [sh, -c, "echo {text} > /data/hello && exec sleep 3600"]
+      command: [sh, -c, "echo {text} > /data/{file} && exec sleep 3600"]
       volumeMounts:
         - name: data
           mountPath: /data
@@ -175,9 +199,13 @@ async fn running(client: &Client, ns: &str, pod: &str) -> Pod {
 /// Deletes the namespace's pods and claims; returns once their volumes
 /// and the volumes' directories are gone.
 async fn delete_all(client: &Client, ns: &str, dirs: &[PathBuf]) {
+    delete_pods_and_claims(client, ns).await;
+    volumes_deleted(client, ns, dirs).await;
+}
+
+async fn delete_pods_and_claims(client: &Client, ns: &str) {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
-    let volumes: Api<PersistentVolume> = Api::all(client.clone());
     pods.delete_collection(&DeleteParams::default(), &ListParams::default())
         .await
         .unwrap();
@@ -185,6 +213,11 @@ async fn delete_all(client: &Client, ns: &str, dirs: &[PathBuf]) {
         .delete_collection(&DeleteParams::default(), &ListParams::default())
         .await
         .unwrap();
+}
+
+/// Returns once the volumes of the namespace's claims and `dirs` are gone.
+async fn volumes_deleted(client: &Client, ns: &str, dirs: &[PathBuf]) {
+    let volumes: Api<PersistentVolume> = Api::all(client.clone());
     eventually_within(LIMIT, &format!("the volumes of {ns} to be deleted"), || {
         let volumes = volumes.clone();
         async move {
@@ -278,7 +311,7 @@ fn host_pid(cluster: &Cluster, node: &str, container: &ContainerStatus) -> Strin
 async fn the_hosts_run_from_the_image_as_the_containerfile_says(cluster: &Cluster) {
     let client = cluster.client().await.unwrap();
     let pods = replicas(&client).await;
-    assert_eq!(pods.len(), 4, "{pods:?}");
+    assert_eq!(pods.len(), 2 + support::node::NODES, "{pods:?}");
     let mut served = BTreeSet::new();
     for pod in node_hosts(&client).await {
         served.insert(node_of(&client, &pod).await);
@@ -354,56 +387,7 @@ async fn app_pods_write_to_volumes_the_node_host_made(cluster: &Cluster) {
     .await;
     assert_eq!(text.trim(), "hello-from-a-pod");
 
-    // Pods of any user, on both nodes, write to the shipped classes'
-    // volumes: the kubelet applies no fsGroup to hostPath, the host gives
-    // each directory the class's mode (0777); each file is on its pod's
-    // node and no other.
-    let mut dirs = vec![on_its_node(cluster, &volume)];
-    let users = [
-        ("uid-1000", r#"{"runAsUser": 1000, "runAsGroup": 1000}"#),
-        (
-            "uid-2000-fsgroup",
-            r#"{"runAsUser": 2000, "runAsGroup": 2000, "fsGroup": 3000}"#,
-        ),
-        ("nobody", r#"{"runAsUser": 65534, "runAsGroup": 65534}"#),
-        ("root", r#"{"runAsUser": 0}"#),
-    ];
-    for (i, (who, security)) in users.iter().enumerate() {
-        apply(cluster, &claim(ns, who, "hostpath"));
-        let on = node_name(i % 2);
-        let pod = writer_pod_as(ns, who, who, who, security).replace(
-            "  securityContext:",
-            &format!("  nodeSelector: {{kubernetes.io/hostname: {on}}}\n  securityContext:"),
-        );
-        apply(cluster, &pod);
-    }
-    for (i, (who, _)) in users.iter().enumerate() {
-        let volume = bound_volume(&client, ns, who).await;
-        running(&client, ns, who).await;
-        assert_eq!(pinned_node(&volume), node_name(i % 2), "{who}");
-        let file = on_its_node(cluster, &volume).join("hello");
-        let text = eventually_within(LIMIT, &format!("the file of the pod as {who}"), || {
-            let file = file.clone();
-            async move { std::fs::read_to_string(file).ok() }
-        })
-        .await;
-        assert_eq!(text.trim(), *who);
-        dirs.push(on_its_node(cluster, &volume));
-    }
-    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), ns);
-    let warnings: Vec<String> = events
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.type_.as_deref() == Some("Warning"))
-        // The test nodes run no cluster DNS: each kubelet says so per pod.
-        .filter(|e| e.reason.as_deref() != Some("MissingClusterDNS"))
-        .map(|e| format!("{:?}: {:?}", e.reason, e.message))
-        .collect();
-    assert!(warnings.is_empty(), "{warnings:?}");
-
+    let dirs = vec![on_its_node(cluster, &volume)];
     delete_all(&client, ns, &dirs).await;
 }
 
@@ -449,7 +433,7 @@ async fn a_plugin_update_reaches_the_pods_through_the_kubelet(cluster: &Cluster)
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
     eprintln!(
-        "node e2e: both node hosts served the new plugin version {:.0} s after kubectl apply",
+        "node e2e: every node host served the new plugin version {:.0} s after kubectl apply",
         started.elapsed().as_secs_f64()
     );
     let mut dirs = Vec::new();
@@ -569,4 +553,369 @@ async fn killing_the_node_host_in_a_burst_of_claims_loses_and_leaks_nothing(clus
     delete_all(&client, ns, &dirs).await;
     let left: BTreeSet<String> = volume_dirs(cluster).difference(&before).cloned().collect();
     assert!(left.is_empty(), "directories leaked: {left:?}");
+}
+
+/// The users writer pods run as: non-root UIDs, with and without
+/// `fsGroup` (which the kubelet does not apply to hostPath volumes), and
+/// root.
+const USERS: [(&str, &str); 4] = [
+    ("uid-1000", r#"{"runAsUser": 1000, "runAsGroup": 1000}"#),
+    (
+        "uid-2000-fsgroup",
+        r#"{"runAsUser": 2000, "runAsGroup": 2000, "fsGroup": 3000}"#,
+    ),
+    ("nobody", r#"{"runAsUser": 65534, "runAsGroup": 65534}"#),
+    ("root", r#"{"runAsUser": 0}"#),
+];
+
+/// The Warning events of namespace `ns` but the kubelets' and the
+/// scheduler's: under a burst on this small machine those report passing
+/// states they retry (a PreBind wait that ran out, a claim not yet seen
+/// Bound, the test nodes' missing cluster DNS), and a pod that never runs
+/// or writes fails the test anyway.
+async fn warnings(client: &Client, ns: &str) -> Vec<String> {
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), ns);
+    let kubernetes = |e: &k8s_openapi::api::core::v1::Event| {
+        let source = e.source.as_ref().and_then(|s| s.component.as_deref());
+        let reporter = e.reporting_component.as_deref();
+        [source, reporter]
+            .into_iter()
+            .flatten()
+            .any(|c| c == "kubelet" || c == "default-scheduler")
+    };
+    events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.type_.as_deref() == Some("Warning"))
+        .filter(|e| !kubernetes(e))
+        .map(|e| {
+            format!(
+                "{:?} {:?}: {:?}",
+                e.involved_object.name, e.reason, e.message
+            )
+        })
+        .collect()
+}
+
+/// Sixty claims over both shipped classes, each used by a writer pod that
+/// the scheduler places and that runs as one of [`USERS`]: every pod
+/// writes; each file is on its pod's node and on no other; no Warning
+/// from wasmprov.
+/// Deleting the claims removes `hostpath`'s directories from every node and
+/// keeps `hostpath-retain`'s, with their data, until their operator
+/// deletes the volumes.
+async fn sixty_pods_of_any_user_write_to_volumes_on_their_own_nodes(cluster: &Cluster) {
+    let client = cluster.client().await.unwrap();
+    let ns = "e2e-sixty";
+    apply(cluster, &namespace(ns));
+    const CLAIMS: usize = 60;
+    let name = |i: usize| format!("c-{i}");
+    let class = |i: usize| {
+        if i % 5 == 4 {
+            "hostpath-retain"
+        } else {
+            "hostpath"
+        }
+    };
+    let text = |i: usize| format!("{}-{i}", USERS[i % USERS.len()].0);
+    let all: String = (0..CLAIMS)
+        .map(|i| {
+            let security = USERS[i % USERS.len()].1;
+            format!(
+                "---\n{}---\n{}",
+                claim(ns, &name(i), class(i)),
+                writer_pod_as(ns, &name(i), &name(i), &text(i), security)
+            )
+        })
+        .collect();
+    let started = Instant::now();
+    apply(cluster, &all);
+
+    let mut used = BTreeSet::new();
+    let mut deleted_with_claim = Vec::new();
+    let mut retained = Vec::new();
+    for i in 0..CLAIMS {
+        let volume = bound_volume(&client, ns, &name(i)).await;
+        let pod = running(&client, ns, &name(i)).await;
+        let node = pod.spec.unwrap().node_name.unwrap();
+        assert_eq!(pinned_node(&volume), node, "{}", name(i));
+        let dir = on_its_node(cluster, &volume);
+        let file = dir.join("hello");
+        let written = eventually_within(LIMIT, &format!("the file of pod {}", name(i)), || {
+            let file = file.clone();
+            async move { std::fs::read_to_string(file).ok() }
+        })
+        .await;
+        assert_eq!(written.trim(), text(i));
+        used.insert(node);
+        match class(i) {
+            "hostpath" => deleted_with_claim.push(dir),
+            _ => retained.push((volume.name_any(), dir)),
+        }
+    }
+    eprintln!(
+        "node e2e: {CLAIMS} pods ran and wrote to their volumes {:.0} s after kubectl apply",
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(
+        used,
+        cluster.node_names().into_iter().collect(),
+        "the scheduler placed the pods on every node"
+    );
+    let warnings = warnings(&client, ns).await;
+    assert!(warnings.is_empty(), "{warnings:?}");
+
+    delete_pods_and_claims(&client, ns).await;
+    // Released and kept, data and all, until the operator deletes them.
+    let volumes: Api<PersistentVolume> = Api::all(client.clone());
+    for (pv, dir) in &retained {
+        eventually_within(LIMIT, &format!("volume {pv} to be Released"), || {
+            let volumes = volumes.clone();
+            async move {
+                let v = volumes.get(pv).await.ok()?;
+                (v.status?.phase.as_deref() == Some("Released")).then_some(())
+            }
+        })
+        .await;
+        assert!(dir.join("hello").is_file(), "{pv}: {}", dir.display());
+        volumes.delete(pv, &DeleteParams::default()).await.unwrap();
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+    volumes_deleted(&client, ns, &deleted_with_claim).await;
+}
+
+/// deploy/README's "Add a backend", done as a user does it with kubectl, on
+/// the central side next to the node hosts: the hostpath plugin packed as
+/// `shared` stands in for an NFS backend, `share` for the export every
+/// node mounts at the same path (the nodes share it, as they would an NFS
+/// mount). One claim of its class, used by a pod on every node at once:
+/// each pod's file is in the same directory, made by a central replica.
+async fn a_central_backend_serves_pods_on_every_node(cluster: &Cluster, share: &Path) {
+    const SHARED: &str = "shared";
+    let client = cluster.client().await.unwrap();
+    let root = share.display().to_string();
+    // The export, writable by the host's user as its administrator made it.
+    std::os::unix::fs::chown(share, Some(65532), Some(65532)).unwrap();
+
+    // 2. The plugin's ConfigMap, listed in the Deployment's plugins volume
+    // (shipped empty), and the share mounted.
+    let manifest = support::pack(
+        Path::new(env!("CARGO_BIN_EXE_wasmprov")),
+        &support::rust_plugin_path("hostpath"),
+        SHARED,
+    );
+    apply_in(cluster, NS, &String::from_utf8(manifest).unwrap());
+    let patch = serde_json::json!([
+        {"op": "add", "path": "/spec/template/spec/volumes/0/projected/sources",
+         "value": [{"configMap": {"name": format!("wasmprov-plugin-{SHARED}")}}]},
+        {"op": "add", "path": "/spec/template/spec/volumes/-",
+         "value": {"name": "share", "hostPath": {"path": root, "type": "Directory"}}},
+        {"op": "add", "path": "/spec/template/spec/containers/0/volumeMounts/-",
+         "value": {"name": "share", "mountPath": root}},
+    ]);
+    run(cluster
+        .kubectl()
+        .args([
+            "-n",
+            NS,
+            "patch",
+            "deployment",
+            "wasmprov",
+            "--type",
+            "json",
+            "-p",
+        ])
+        .arg(patch.to_string()));
+    // 3. Its policy entry.
+    let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client.clone(), NS);
+    let mut policy = configmaps.get("wasmprov-policy").await.unwrap();
+    let text = policy
+        .data
+        .as_mut()
+        .unwrap()
+        .get_mut("policy.yaml")
+        .unwrap();
+    assert!(
+        text.contains("\nplugins:\n"),
+        "plugins: is the policy's last key"
+    );
+    text.push_str(&format!(
+        "  {SHARED}:
+    preopens:
+      - host: {root}
+        guest: /volumes
+        mode: read-write
+    recordParameters: [hostRoot, root]
+    output:
+      sources: [hostPath]
+      paths: [{root}]
+      sharedFilesystem: true
+"
+    ));
+    configmaps
+        .replace("wasmprov-policy", &Default::default(), &policy)
+        .await
+        .unwrap();
+    // 4. A class naming it.
+    apply(
+        cluster,
+        &format!(
+            r#"apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: {SHARED}
+provisioner: wasmprov.io/host
+parameters:
+  plugin: {SHARED}
+  hostRoot: {root}
+  wasmprov.io/mode: "0777"
+reclaimPolicy: Delete
+volumeBindingMode: Immediate
+"#
+        ),
+    );
+    rolled_out(cluster, "deployment/wasmprov");
+
+    let ns = "e2e-central";
+    apply(cluster, &namespace(ns));
+    apply(
+        cluster,
+        &claim(ns, "together", SHARED).replace("ReadWriteOnce", "ReadWriteMany"),
+    );
+    let volume = bound_volume(&client, ns, "together").await;
+    let spec = volume.spec.as_ref().unwrap();
+    assert!(
+        spec.node_affinity.is_none(),
+        "pinned: {:?}",
+        spec.node_affinity
+    );
+    assert_eq!(
+        volume.annotations().get("pv.kubernetes.io/provisioned-by"),
+        Some(&"wasmprov.io/host".to_owned())
+    );
+    let dir = host_path(&volume);
+    assert_eq!(dir.parent(), Some(share));
+    for (i, node) in cluster.node_names().iter().enumerate() {
+        let pod = pod_writing(ns, &format!("on-{i}"), "together", node, node, USERS[0].1).replace(
+            "  securityContext:",
+            &format!("  nodeSelector: {{kubernetes.io/hostname: {node}}}\n  securityContext:"),
+        );
+        apply(cluster, &pod);
+    }
+    for (i, node) in cluster.node_names().iter().enumerate() {
+        running(&client, ns, &format!("on-{i}")).await;
+        let file = dir.join(node);
+        let text = eventually_within(LIMIT, &format!("the file of the pod on {node}"), || {
+            let file = file.clone();
+            async move { std::fs::read_to_string(file).ok() }
+        })
+        .await;
+        assert_eq!(text.trim(), node);
+    }
+    let warnings = warnings(&client, ns).await;
+    assert!(warnings.is_empty(), "{warnings:?}");
+    delete_all(&client, ns, &[dir]).await;
+}
+
+/// A node that hangs in the middle of a burst (its kubelet and containers
+/// stop, its host too, with claims the scheduler sent there waiting) and
+/// is then switched off and its Node deleted, as its operator does with a
+/// machine that will not come back: every claim that had selected it is
+/// Bound on another node within two minutes, with one volume each, and its
+/// pod runs there; nothing is made on it.
+async fn a_node_that_hangs_and_is_deleted_mid_burst_loses_no_claim(cluster: &Cluster) {
+    let client = cluster.client().await.unwrap();
+    let ns = "e2e-gone";
+    apply(cluster, &namespace(ns));
+    let gone = node_name(support::node::NODES - 1);
+    let before = volume_dirs(cluster);
+
+    // Volumes on it already.
+    const KEPT: usize = 2;
+    for i in 0..KEPT {
+        apply(
+            cluster,
+            &claim_on(ns, &format!("kept-{i}"), "hostpath", &gone),
+        );
+    }
+    let mut kept = Vec::new();
+    for i in 0..KEPT {
+        let v = bound_volume(&client, ns, &format!("kept-{i}")).await;
+        kept.push((v.name_any(), on_its_node(cluster, &v)));
+    }
+
+    // It hangs; then the burst: pods the scheduler places, some on it, which
+    // nothing there provisions for.
+    cluster.freeze_node(&gone);
+    const CLAIMS: usize = 30;
+    let name = |i: usize| format!("burst-{i}");
+    let all: String = (0..CLAIMS)
+        .map(|i| {
+            format!(
+                "---\n{}---\n{}",
+                claim(ns, &name(i), "hostpath"),
+                writer_pod_as(ns, &name(i), &name(i), &name(i), USERS[0].1)
+            )
+        })
+        .collect();
+    apply(cluster, &all);
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    let sent_there = eventually_within(
+        LIMIT,
+        "the scheduler to choose a node for every claim",
+        || {
+            let claims = claims.clone();
+            let gone = gone.clone();
+            async move {
+                let mut there = BTreeSet::new();
+                for i in 0..CLAIMS {
+                    let c = claims.get(&name(i)).await.ok()?;
+                    let node = c.annotations().get("volume.kubernetes.io/selected-node")?;
+                    if *node == gone {
+                        there.insert(name(i));
+                    }
+                }
+                Some(there)
+            }
+        },
+    )
+    .await;
+    assert!(
+        !sent_there.is_empty(),
+        "the scheduler sent none of {CLAIMS} pods to {gone}: nothing to show"
+    );
+
+    // Switched off, and its Node deleted.
+    tokio::task::block_in_place(|| cluster.stop_node(&gone));
+    run(cluster.kubectl().args(["delete", "node", &gone]));
+    let deleted = Instant::now();
+    let mut expected = BTreeSet::new();
+    for i in 0..CLAIMS {
+        let v = bound_volume(&client, ns, &name(i)).await;
+        let node = pinned_node(&v);
+        assert_ne!(node, gone, "{}", name(i));
+        let pod = running(&client, ns, &name(i)).await;
+        assert_eq!(pod.spec.unwrap().node_name.as_deref(), Some(node.as_str()));
+        on_its_node(cluster, &v);
+        assert!(expected.insert(format!("{node}/{}", v.name_any())));
+    }
+    let took = deleted.elapsed();
+    eprintln!(
+        "node e2e: the {} claims sent to {gone} were Bound elsewhere, their pods running, {:.0} s after its Node was deleted",
+        sent_there.len(),
+        took.as_secs_f64()
+    );
+    assert!(took < Duration::from_secs(120), "took {took:?}");
+    // One volume per claim: nothing made twice, nothing made on the gone node.
+    let made: BTreeSet<String> = volume_dirs(cluster).difference(&before).cloned().collect();
+    let kept_dirs = kept.iter().map(|(pv, _)| format!("{gone}/{pv}"));
+    assert_eq!(made, expected.into_iter().chain(kept_dirs).collect());
+
+    // Not checked yet (#28): once the kept volumes' claims are deleted, the
+    // janitor's VolumeNodeGone report did not come within 180 s on real
+    // nodes (it does on kube-sim, node_mode.rs). The cluster goes next.
 }

@@ -42,7 +42,10 @@ pub fn image(args: &[&str]) -> PathBuf {
     PathBuf::from(out.trim())
 }
 
-/// A cluster with two nodes, each with its own `/var/lib/wasmprov`, the
+/// How many real nodes [`deploy`] starts.
+pub const NODES: usize = 3;
+
+/// A cluster with [`NODES`] nodes, each with its own `/var/lib/wasmprov`, the
 /// kustomization `dir` (deploy/ or an overlay of it) applied and its
 /// Deployment and DaemonSet available. Blocks: call it from a thread of
 /// its own in async code.
@@ -51,7 +54,7 @@ pub fn deploy(dir: &Path) -> Cluster {
     let cluster = Cluster::start(Options {
         node: Some(NodeOptions {
             images,
-            count: 2,
+            count: NODES,
             private_paths: vec![PathBuf::from("/var/lib/wasmprov")],
         }),
         ..Options::default()
@@ -171,7 +174,7 @@ pub async fn replicas(client: &Client) -> Vec<String> {
     pods_labelled(client, "app.kubernetes.io/name=wasmprov").await
 }
 
-/// The pods of the node DaemonSet (one on the test's node).
+/// The pods of the node DaemonSet (one per node).
 pub async fn node_hosts(client: &Client) -> Vec<String> {
     pods_labelled(
         client,

@@ -353,6 +353,28 @@ impl Cluster {
         self.with_node(name, |n| n.view(path))
     }
 
+    /// Freezes node `name` as a machine that hangs: its kubelet,
+    /// kube-proxy, containerd and containers stop running (SIGSTOP) but
+    /// hold what they hold; the API server hears nothing more from it.
+    /// Panics without such a node.
+    pub fn freeze_node(&self, name: &str) {
+        self.with_node(name, |n| n.freeze())
+    }
+
+    /// Stops node `name` as a machine that is switched off: its kubelet,
+    /// kube-proxy, containers and containerd die, and its Node object stays
+    /// (delete it to say the node is gone for good). What it kept below its
+    /// private paths stays readable through [`Cluster::node_view`]. Panics
+    /// without such a node.
+    pub fn stop_node(&self, name: &str) {
+        let mut nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
+        nodes
+            .iter_mut()
+            .find(|n| n.name == name)
+            .unwrap_or_else(|| panic!("this cluster has no node {name} (Options::node)"))
+            .stop();
+    }
+
     fn with_node<T>(&self, name: &str, f: impl FnOnce(&node::Node) -> T) -> T {
         let nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
         f(nodes
@@ -433,14 +455,14 @@ impl Cluster {
     /// Stops every component: the node's (and every container on it)
     /// first, then the scheduler, …, etcd last.
     pub fn stop(&self) {
-        for node in self
-            .nodes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter_mut()
-        {
+        let mut nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
+        for node in nodes.iter_mut() {
             node.stop();
         }
+        if !nodes.is_empty() {
+            node::sweep(&self.dir);
+        }
+        drop(nodes);
         let mut components = self.components.lock().unwrap_or_else(|p| p.into_inner());
         while let Some(mut c) = components.pop() {
             c.stop(Duration::from_secs(5));

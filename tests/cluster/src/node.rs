@@ -302,7 +302,8 @@ pub(crate) struct Node {
     network: Network,
     /// containerd, kubelet, kube-proxy (stopped in reverse).
     components: Vec<Component>,
-    dir: PathBuf,
+    /// Its own directory (the run's `node/` or `nodes/<name>/`).
+    node_dir: PathBuf,
     containerd_socket: PathBuf,
     ctr: PathBuf,
     /// Its kubelet's cgroup root.
@@ -432,7 +433,7 @@ state = "{state}"
             name: name.clone(),
             network,
             components: Vec::new(),
-            dir: dir.to_owned(),
+            node_dir: node_dir.clone(),
             containerd_socket: containerd_socket.clone(),
             ctr: bin.join("ctr"),
             cgroup_root: match index {
@@ -613,8 +614,20 @@ serializeImagePulls: false
         &mut self.components
     }
 
+    /// Stops (SIGSTOP) containerd, the kubelet, kube-proxy and every
+    /// container process: the machine hangs. [`Node::stop`] still works.
+    pub fn freeze(&self) {
+        let mut pids: Vec<i32> = self.components.iter().map(|c| c.pid() as i32).collect();
+        let dirs: Vec<PathBuf> = hierarchies()
+            .into_iter()
+            .map(|h| h.join(self.cgroup_root.trim_start_matches('/')))
+            .collect();
+        pids.extend(cgroup_pids(&dirs));
+        signal_all(&pids, libc::SIGSTOP);
+    }
+
     /// Stops the kubelet and kube-proxy, kills every container, stops
-    /// containerd, then [`sweep`]s what is left.
+    /// containerd, then removes what is left of its own (shims, mounts).
     pub fn stop(&mut self) {
         if self.stopped {
             return;
@@ -628,7 +641,12 @@ serializeImagePulls: false
         if let Some(mut c) = containerd {
             c.stop(Duration::from_secs(5));
         }
-        sweep(&self.dir);
+        // Its own leftovers only: the other nodes may run on.
+        let dir = canonical(&self.node_dir);
+        let mut needle = dir.clone().into_os_string();
+        needle.push("/");
+        kill_processes_naming(Path::new(&needle));
+        unmount_below(&dir);
         self.network.remove();
     }
 }
@@ -724,23 +742,11 @@ fn kill_cgroup(root: &str) {
     }
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let mut pids = Vec::new();
-        for d in &dirs {
-            for sub in walk_dirs(d) {
-                if let Ok(text) = std::fs::read_to_string(sub.join("cgroup.procs")) {
-                    pids.extend(text.lines().filter_map(|l| l.trim().parse::<i32>().ok()));
-                }
-            }
-        }
+        let pids = cgroup_pids(&dirs);
         if pids.is_empty() || Instant::now() > deadline {
             break;
         }
-        for pid in pids {
-            // SAFETY: kill(2) with a pid read from the run's own cgroup.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-            }
-        }
+        signal_all(&pids, libc::SIGKILL);
         std::thread::sleep(Duration::from_millis(50));
     }
     // A cgroup is removable once its last task is reaped, shortly after
@@ -756,6 +762,29 @@ fn kill_cgroup(root: &str) {
             return;
         }
         std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The processes in the cgroups `dirs` and below.
+fn cgroup_pids(dirs: &[PathBuf]) -> Vec<i32> {
+    let mut pids = Vec::new();
+    for d in dirs {
+        for sub in walk_dirs(d) {
+            if let Ok(text) = std::fs::read_to_string(sub.join("cgroup.procs")) {
+                pids.extend(text.lines().filter_map(|l| l.trim().parse::<i32>().ok()));
+            }
+        }
+    }
+    pids
+}
+
+fn signal_all(pids: &[i32], signal: libc::c_int) {
+    for &pid in pids {
+        // SAFETY: kill(2) with a pid of the run's own (a component, or one
+        // read from the run's own cgroup).
+        unsafe {
+            libc::kill(pid, signal);
+        }
     }
 }
 

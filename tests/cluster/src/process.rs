@@ -131,6 +131,8 @@ impl Component {
         // SAFETY: kill(2) on our own child's pid.
         unsafe {
             libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
+            // A stopped (frozen) process handles the SIGTERM once it runs.
+            libc::kill(self.child.id() as libc::pid_t, libc::SIGCONT);
         }
         let deadline = Instant::now() + grace;
         while Instant::now() < deadline {

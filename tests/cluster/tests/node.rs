@@ -115,20 +115,7 @@ fn a_pod_runs_on_the_node_and_stopping_leaves_nothing_behind() {
     );
 
     drop(cluster);
-    assert_eq!(mounts_below(&dir), Vec::<String>::new(), "mounts left");
-    assert_eq!(
-        processes_naming(&dir),
-        Vec::<String>::new(),
-        "processes left"
-    );
-    let cgroups: Vec<_> = std::fs::read_dir("/sys/fs/cgroup")
-        .unwrap()
-        .flatten()
-        .map(|h| h.path().join(&cgroup))
-        .filter(|p| p.exists())
-        .collect();
-    assert!(cgroups.is_empty(), "cgroups left: {cgroups:?}");
-    assert!(!dir.exists(), "{} left", dir.display());
+    nothing_left_behind(&dir);
     let addrs = std::process::Command::new("ip")
         .args(["-o", "addr"])
         .output()
@@ -286,22 +273,54 @@ fn two_nodes_run_pods_and_each_sees_only_its_own_private_directory() {
         assert!(tasks.contains("RUNNING"), "{node}: ctr tasks ls:\n{tasks}");
     }
 
-    drop(cluster);
-    assert_eq!(mounts_below(&dir), Vec::<String>::new(), "mounts left");
+    // The second node hangs, then is switched off: its processes and
+    // containers are gone, what it kept stays on its disk, the first node
+    // runs on.
+    cluster.freeze_node(&names[1]);
+    cluster.stop_node(&names[1]);
+    let second_dir = dir.join("nodes").join(&names[1]);
     assert_eq!(
-        processes_naming(&dir),
+        processes_naming(&second_dir),
+        Vec::<String>::new(),
+        "processes of the stopped node"
+    );
+    assert_eq!(
+        std::fs::read_to_string(second.join("marker")).unwrap(),
+        "second"
+    );
+    let tasks =
+        String::from_utf8(cluster.ctr().args(["tasks", "ls"]).output().unwrap().stdout).unwrap();
+    assert!(
+        tasks.contains("RUNNING"),
+        "{}: ctr tasks ls:\n{tasks}",
+        names[0]
+    );
+
+    drop(cluster);
+    nothing_left_behind(&dir);
+    assert!(!private.join("marker").exists());
+}
+
+/// What a stopped cluster whose run directory was `dir` must not leave on
+/// the machine: mounts, processes, its nodes' cgroups, the directory.
+fn nothing_left_behind(dir: &Path) {
+    assert_eq!(mounts_below(dir), Vec::<String>::new(), "mounts left");
+    assert_eq!(
+        processes_naming(dir),
         Vec::<String>::new(),
         "processes left"
     );
+    // Every node's cgroup tree, `wasmprov-<run>` and `wasmprov-<run>.node-<i>`,
+    // in each v1 hierarchy (or in the v2 one).
     let run = dir.file_name().unwrap().to_string_lossy().into_owned();
-    let cgroups: Vec<_> = std::fs::read_dir("/sys/fs/cgroup")
-        .unwrap()
-        .flatten()
-        .flat_map(|h| std::fs::read_dir(h.path()).into_iter().flatten().flatten())
+    let base = Path::new("/sys/fs/cgroup");
+    let hierarchies = std::fs::read_dir(base).unwrap().flatten().map(|h| h.path());
+    let cgroups: Vec<_> = std::iter::once(base.to_owned())
+        .chain(hierarchies)
+        .flat_map(|h| std::fs::read_dir(h).into_iter().flatten().flatten())
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|n| n.starts_with(&format!("wasmprov-{run}")))
         .collect();
     assert!(cgroups.is_empty(), "cgroups left: {cgroups:?}");
     assert!(!dir.exists(), "{} left", dir.display());
-    assert!(!private.join("marker").exists());
 }
