@@ -1618,34 +1618,7 @@ async fn add_a_shared_backend(client: &Client, api_source: bool) {
         .replace("wasmprov", &PostParams::default(), &d)
         .await
         .unwrap();
-    let mut policy = configmaps.get("wasmprov-policy").await.unwrap();
-    let text = policy
-        .data
-        .as_mut()
-        .unwrap()
-        .get_mut("policy.yaml")
-        .unwrap();
-    assert!(
-        text.contains("\nplugins:\n"),
-        "plugins: is the policy's last key"
-    );
-    text.push_str(&format!(
-        "  {SHARED}:
-    preopens:
-      - host: {SHARED_ROOT}
-        guest: /volumes
-        mode: read-write
-    recordParameters: [hostRoot, root]
-    output:
-      sources: [hostPath]
-      paths: [{SHARED_ROOT}]
-      sharedFilesystem: true
-"
-    ));
-    configmaps
-        .replace("wasmprov-policy", &PostParams::default(), &policy)
-        .await
-        .unwrap();
+    support::add_shared_backend_policy(&configmaps, SHARED, SHARED_ROOT).await;
     Api::<StorageClass>::all(client.clone())
         .create(
             &PostParams::default(),

@@ -732,34 +732,7 @@ async fn a_central_backend_serves_pods_on_every_node(cluster: &Cluster, share: &
     // 3. Its policy entry.
     let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> =
         Api::namespaced(client.clone(), NS);
-    let mut policy = configmaps.get("wasmprov-policy").await.unwrap();
-    let text = policy
-        .data
-        .as_mut()
-        .unwrap()
-        .get_mut("policy.yaml")
-        .unwrap();
-    assert!(
-        text.contains("\nplugins:\n"),
-        "plugins: is the policy's last key"
-    );
-    text.push_str(&format!(
-        "  {SHARED}:
-    preopens:
-      - host: {root}
-        guest: /volumes
-        mode: read-write
-    recordParameters: [hostRoot, root]
-    output:
-      sources: [hostPath]
-      paths: [{root}]
-      sharedFilesystem: true
-"
-    ));
-    configmaps
-        .replace("wasmprov-policy", &Default::default(), &policy)
-        .await
-        .unwrap();
+    support::add_shared_backend_policy(&configmaps, SHARED, &root).await;
     // 4. A class naming it.
     apply(
         cluster,

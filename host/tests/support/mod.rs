@@ -574,3 +574,42 @@ pub fn plugin_calls(metrics: &wasmprov::metrics::Metrics, plugin: &str, call: &s
         .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
         .sum()
 }
+
+/// Appends to deploy/'s policy ConfigMap (`wasmprov-policy` in
+/// `configmaps`' namespace) the entry "Add a backend" gives the stand-in
+/// NFS backend: plugin `name`, the hostpath plugin packed under that name,
+/// granted the share `root`, which every node mounts at the same path.
+pub async fn add_shared_backend_policy(
+    configmaps: &kube::Api<k8s_openapi::api::core::v1::ConfigMap>,
+    name: &str,
+    root: &str,
+) {
+    let mut policy = configmaps.get("wasmprov-policy").await.unwrap();
+    let text = policy
+        .data
+        .as_mut()
+        .unwrap()
+        .get_mut("policy.yaml")
+        .unwrap();
+    assert!(
+        text.contains("\nplugins:\n"),
+        "plugins: is the policy's last key"
+    );
+    text.push_str(&format!(
+        "  {name}:
+    preopens:
+      - host: {root}
+        guest: /volumes
+        mode: read-write
+    recordParameters: [hostRoot, root]
+    output:
+      sources: [hostPath]
+      paths: [{root}]
+      sharedFilesystem: true
+"
+    ));
+    configmaps
+        .replace("wasmprov-policy", &Default::default(), &policy)
+        .await
+        .unwrap();
+}
