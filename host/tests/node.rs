@@ -888,7 +888,118 @@ async fn a_node_that_hangs_and_is_deleted_mid_burst_loses_no_claim(cluster: &Clu
     let kept_dirs = kept.iter().map(|(pv, _)| format!("{gone}/{pv}"));
     assert_eq!(made, expected.into_iter().chain(kept_dirs).collect());
 
-    // Not checked yet (#28): once the kept volumes' claims are deleted, the
-    // janitor's VolumeNodeGone report did not come within 180 s on real
-    // nodes (it does on kube-sim, node_mode.rs). The cluster goes next.
+    // Its volumes, once their claims go: kept (their storage went with the
+    // node), reported by the janitor, forgotten when their owner says so.
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    for i in 0..KEPT {
+        claims
+            .delete(&format!("kept-{i}"), &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), "default");
+    for (pv, _) in &kept {
+        let report = eventually_within(LIMIT * 2, "a VolumeNodeGone Warning", || async {
+            events
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .filter(|e| e.involved_object.name.as_deref() == Some(pv.as_str()))
+                .find(|e| e.reason.as_deref() == Some("VolumeNodeGone"))?
+                .message
+        });
+        let Ok(message) = tokio::time::timeout(LIMIT, report).await else {
+            panic!(
+                "no VolumeNodeGone Warning for {pv} within {LIMIT:?}: {}",
+                janitor_state(&client, pv).await
+            );
+        };
+        assert!(
+            message.contains(&format!(
+                "its storage is on node {gone}, which no longer exists"
+            )),
+            "{message}"
+        );
+    }
+    let janitor = janitor(&client).await;
+    eventually_within(LIMIT, "the janitor's gauge counts them", || async {
+        support::node::metrics(&client, &janitor)
+            .await?
+            .contains(&format!(
+                "wasmprov_volumes_on_gone_nodes{{class=\"hostpath\"}} {KEPT}"
+            ))
+            .then_some(())
+    })
+    .await;
+    let volumes: Api<PersistentVolume> = Api::all(client.clone());
+    for (pv, _) in &kept {
+        let volume = volumes.get(pv).await.unwrap();
+        assert_eq!(
+            volume.status.unwrap().phase.as_deref(),
+            Some("Released"),
+            "{pv} kept"
+        );
+        let forget = serde_json::json!({"metadata": {"annotations": {"wasmprov.io/forget-when-node-gone": "true"}}});
+        volumes
+            .patch(
+                pv,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&forget),
+            )
+            .await
+            .unwrap();
+    }
+    for (pv, _) in &kept {
+        eventually_within(LIMIT, &format!("{pv} forgotten"), || async {
+            volumes.get_opt(pv).await.ok()?.is_none().then_some(())
+        })
+        .await;
+    }
+}
+
+/// The node hosts' janitor now: the holder of its Lease.
+async fn janitor(client: &Client) -> String {
+    Api::<Lease>::namespaced(client.clone(), NS)
+        .get("node.wasmprov.io-janitor")
+        .await
+        .unwrap()
+        .spec
+        .and_then(|s| s.holder_identity)
+        .expect("a janitor")
+}
+
+/// What a missing janitor report is explained by: the janitor, the volume
+/// and its claim.
+async fn janitor_state(client: &Client, pv: &str) -> String {
+    let janitor = janitor(client).await;
+    let volume = Api::<PersistentVolume>::all(client.clone())
+        .get_opt(pv)
+        .await
+        .ok()
+        .flatten();
+    let claim = match volume
+        .as_ref()
+        .and_then(|v| v.spec.as_ref()?.claim_ref.clone())
+    {
+        Some(r) => Api::<PersistentVolumeClaim>::namespaced(
+            client.clone(),
+            &r.namespace.unwrap_or_default(),
+        )
+        .get_opt(&r.name.unwrap_or_default())
+        .await
+        .ok()
+        .flatten(),
+        None => None,
+    };
+    format!(
+        "janitor {janitor}; volume {:?}; claim {:?}",
+        volume.map(|v| (v.status, v.metadata.annotations, v.metadata.finalizers)),
+        claim.map(|c| (
+            c.status,
+            c.metadata.deletion_timestamp,
+            c.metadata.finalizers
+        ))
+    )
 }

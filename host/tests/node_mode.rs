@@ -30,6 +30,7 @@ on_both_servers!(
     a_central_host_refuses_node_local_volumes_when_the_cluster_has_several_nodes,
     the_janitor_alone_warns_once_about_an_immediate_claim_of_a_node_class,
     the_janitor_asks_the_scheduler_again_when_the_selected_node_is_gone,
+    the_janitor_lets_go_of_claims_a_gone_nodes_host_held,
     a_released_volume_whose_node_is_gone_is_reported_and_kept,
     the_janitor_warns_once_when_a_claims_node_has_no_live_host,
 );
@@ -487,6 +488,98 @@ async fn the_janitor_asks_the_scheduler_again_when_the_selected_node_is_gone(ser
     );
     assert_eq!(hosts[1].plugin_calls("provision"), 1);
     assert_eq!(hosts[0].plugin_calls("provision"), 0);
+    for host in hosts {
+        host.stop().await;
+    }
+}
+
+/// A node host holds a claim with its finalizer while it provisions
+/// (`--claim-finalizer`); a node that goes in the middle leaves the claim
+/// held. The janitor lets go of it: a claim whose selected node is gone is
+/// sent back to the scheduler unheld, and a deleted one is deleted, with a
+/// word on what was lost with the node. A claim still held for a node that
+/// exists is left to that node's host.
+async fn the_janitor_lets_go_of_claims_a_gone_nodes_host_held(server: Server) {
+    let (_api, admin, dir, hosts) = two_node_hosts(server, None).await;
+    create_class(
+        &admin,
+        "local",
+        NODE_PROVISIONER,
+        dir.path(),
+        "WaitForFirstConsumer",
+    )
+    .await;
+    // A node no host runs on (yet).
+    support::create_node(&admin, "n3").await;
+    let held = serde_json::json!({"metadata": {
+        "finalizers": ["wasmprov.io/provisioning"],
+        "annotations": {"volume.kubernetes.io/storage-provisioner": NODE_PROVISIONER}}});
+    for (name, node) in [
+        ("waiting", "gone-node"),
+        ("deleted", "gone-node"),
+        ("alive", "n3"),
+    ] {
+        create_claim(&admin, name, "local", Some(node)).await;
+        merge_into_claim(&admin, name, held.clone()).await;
+    }
+    let claims = Api::<PersistentVolumeClaim>::namespaced(admin.clone(), "default");
+    for name in ["deleted", "alive"] {
+        claims.delete(name, &Default::default()).await.unwrap();
+    }
+    hosts[0].janitor.send_replace(true);
+    eventually(
+        "the waiting claim is sent back to the scheduler, unheld",
+        || async {
+            let claim = claims.get("waiting").await.ok()?;
+            // The real API server adds kubernetes.io/pvc-protection.
+            (!claim
+                .finalizers()
+                .iter()
+                .any(|f| f == "wasmprov.io/provisioning")
+                && !claim
+                    .annotations()
+                    .contains_key("volume.kubernetes.io/selected-node"))
+            .then_some(())
+        },
+    )
+    .await;
+    eventually("the deleted claim is gone", || async {
+        claims
+            .get_opt("deleted")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(admin.clone(), "default");
+    eventually("a word on the deleted claim", || async {
+        events
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .filter(|e| e.involved_object.name.as_deref() == Some("deleted"))
+            .any(|e| {
+                e.message.as_deref().is_some_and(|m| {
+                    m.contains("its selected node gone-node does not exist")
+                        && m.contains("finalizer wasmprov.io/provisioning removed")
+                })
+            })
+            .then_some(())
+    })
+    .await;
+    // n3 exists: its host, not the janitor, lets go of that claim.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let alive = claims.get("alive").await.unwrap();
+    assert!(
+        alive
+            .finalizers()
+            .contains(&"wasmprov.io/provisioning".to_owned()),
+        "{:?}",
+        alive.finalizers()
+    );
     for host in hosts {
         host.stop().await;
     }

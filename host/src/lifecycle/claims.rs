@@ -621,7 +621,10 @@ fn claims_api<P>(claim: &PersistentVolumeClaim, ctx: &Context<P>) -> Api<Persist
 
 /// Lets the claim go: its storage is a saved volume now, or does not exist.
 /// `claim` must be as recent as the finalizer it carries.
-async fn release<P>(claim: &PersistentVolumeClaim, ctx: &Context<P>) -> Result<(), kube::Error> {
+pub(super) async fn release<P>(
+    claim: &PersistentVolumeClaim,
+    ctx: &Context<P>,
+) -> Result<(), kube::Error> {
     finalizers::remove(&claims_api(claim, ctx), claim, keys::CLAIM_FINALIZER).await
 }
 

@@ -16,11 +16,11 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 
-use super::claims::unselect_node;
+use super::claims::{release, unselect_node};
 use super::decide::{self, keys, VolumeDecision};
 use super::finalizers;
 use super::nodes;
-use super::reasons::{PROVISIONING_FAILED, VOLUME_NODE_GONE};
+use super::reasons::{PROVISIONING, PROVISIONING_FAILED, VOLUME_NODE_GONE};
 use super::{lock, Context, Error};
 use crate::metrics::Metrics;
 
@@ -44,7 +44,11 @@ pub(super) async fn claim<P>(
         .as_ref()
         .and_then(|s| s.volume_name.as_deref())
         .is_some_and(|v| !v.is_empty());
-    if bound || claim.metadata.deletion_timestamp.is_some() {
+    let deleting = claim.metadata.deletion_timestamp.is_some();
+    if deleting && held(claim) {
+        return deleted_and_held(claim, bound, ctx).await;
+    }
+    if bound || deleting {
         return Ok(Action::await_change());
     }
     let reference = claim.object_ref(&());
@@ -103,6 +107,67 @@ pub(super) async fn claim<P>(
     ctx.events
         .warning(&reference, PROVISIONING_FAILED, "Provisioning", message);
     unselect_node(claim, ctx).await?;
+    // What that node's host may have begun for it went with the node: the
+    // host of the node chosen next holds the claim again while it works.
+    if held(claim) {
+        release(claim, ctx).await?;
+    }
+    Ok(Action::await_change())
+}
+
+/// Whether a node host holds the claim with our finalizer (it adds it while
+/// it provisions, with `--claim-finalizer`, and removes it once the volume
+/// is saved or the storage is gone).
+fn held(claim: &PersistentVolumeClaim) -> bool {
+    claim
+        .finalizers()
+        .iter()
+        .any(|f| f == keys::CLAIM_FINALIZER)
+}
+
+/// A deleted claim that another node's host still holds: its host lets it
+/// go, unless the node is gone (a host frozen or switched off between
+/// saving a volume and letting go, or part-way through a provision), where
+/// the deletion would wait for ever. Then the janitor lets it go: a bound
+/// claim's storage is its saved volume, which the volume's own path keeps
+/// and reports; an unbound claim's storage, if a provision began it, was on
+/// the node that is gone. A bound claim is also let go when its node's host
+/// has been missing for the grace period (its volume is saved either way).
+async fn deleted_and_held<P>(
+    claim: &PersistentVolumeClaim,
+    bound: bool,
+    ctx: &Context<P>,
+) -> Result<Action, Error> {
+    let recheck = Action::requeue(NODE_RECHECK.min(ctx.config.missing_host_grace));
+    let node = decide::selected_node(claim);
+    let gone = match node {
+        Some(node) => Api::<Node>::all(ctx.client.clone())
+            .get_opt(node)
+            .await?
+            .is_none(),
+        // No node host provisions a claim with no node.
+        None => true,
+    };
+    let let_go = gone || (bound && host_missing(node.unwrap_or_default(), ctx).await?);
+    if !let_go {
+        return Ok(recheck);
+    }
+    if !bound {
+        let message = format!(
+            "the claim is deleted, and its selected node {} does not exist (any more): whatever \
+             a provision began for it there went with the node; finalizer {} removed",
+            node.unwrap_or("(none)"),
+            keys::CLAIM_FINALIZER
+        );
+        ctx.events.normal(
+            &claim.object_ref(&()),
+            PROVISIONING,
+            "Provisioning",
+            message,
+        );
+    }
+    release(claim, ctx).await?;
+    tracing::info!(claim = %claim.name_any(), node, bound, "let go of a deleted claim its node's host could not");
     Ok(Action::await_change())
 }
 
