@@ -17,10 +17,11 @@
 //! Targets (issue #12): 100 classes ready within 1 s from the cache, with
 //! RSS ≤ 150 MiB.
 
+#[path = "common/process.rs"]
+mod process;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use std::io::{Read, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -167,11 +168,7 @@ struct Running {
 
 impl Host {
     async fn start(&self) -> Running {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = support::free_port();
         let started = Instant::now();
         let child = Command::new(env!("CARGO_BIN_EXE_wasmprov"))
             .arg("run")
@@ -196,7 +193,7 @@ impl Host {
             ready_in: Duration::ZERO,
         };
         let deadline = started + Duration::from_secs(600);
-        while !ready(port) {
+        while !process::ready(port) {
             assert!(Instant::now() < deadline, "wasmprov never became ready");
             if let Ok(Some(status)) = running.child.try_wait() {
                 panic!("wasmprov run exited: {status}");
@@ -209,22 +206,12 @@ impl Host {
 }
 
 impl Running {
-    fn status(&self, field: &str) -> f64 {
-        std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .unwrap_or_default()
-            .lines()
-            .find_map(|l| l.strip_prefix(field))
-            .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<f64>().ok())
-            .unwrap_or(0.0)
-            / 1024.0
-    }
-
     fn rss_mib(&self) -> f64 {
-        self.status("VmRSS:")
+        process::status_mib(self.child.id(), "VmRSS")
     }
 
     fn peak_rss_mib(&self) -> f64 {
-        self.status("VmHWM:")
+        process::status_mib(self.child.id(), "VmHWM")
     }
 }
 
@@ -233,23 +220,6 @@ impl Drop for Running {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// `GET /readyz` answered 200.
-fn ready(port: u16) -> bool {
-    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
-    if stream
-        .write_all(b"GET /readyz HTTP/1.0\r\nHost: localhost\r\n\r\n")
-        .is_err()
-    {
-        return false;
-    }
-    let mut answer = String::new();
-    let _ = stream.read_to_string(&mut answer);
-    answer.starts_with("HTTP/1.1 200") || answer.starts_with("HTTP/1.0 200")
 }
 
 async fn bind_one(client: &Client, name: &str, class: &str) {

@@ -55,6 +55,8 @@ use test_cluster::{Cluster, Options};
 
 #[path = "common/native.rs"]
 mod native;
+#[path = "common/process.rs"]
+mod process;
 
 use native::NativeHostPath;
 
@@ -481,7 +483,7 @@ async fn measure(
         .collect();
     requests_by_kind.sort_by(|a, b| b.1.total_cmp(&a.1));
     let requests: f64 = requests_by_kind.iter().map(|(_, n)| n).sum();
-    let peak_rss_mib = peak_rss_kib(process.0.id()) as f64 / 1024.0;
+    let peak_rss_mib = process::status_mib(process.0.id(), "VmHWM");
     process.stop();
     Figures {
         burst: burst_figures,
@@ -850,16 +852,6 @@ impl Profiler {
             .status();
         let _ = self.0.wait();
     }
-}
-
-/// The peak resident set of a process (VmHWM), in KiB.
-fn peak_rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
-        .unwrap_or(0)
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
