@@ -350,14 +350,8 @@ pub async fn run<P: Provisioner>(
         controller: config.controller_name.clone(),
         instance: std::env::var("POD_NAME").ok(),
     };
-    let volumes = Controller::new(
-        Api::<PersistentVolume>::all(client.clone()),
-        watcher::Config::default(),
-    );
-    let claims = Controller::new(
-        Api::<PersistentVolumeClaim>::all(client.clone()),
-        watcher::Config::default(),
-    );
+    let volumes = controller_of(Api::<PersistentVolume>::all(client.clone()));
+    let claims = controller_of(Api::<PersistentVolumeClaim>::all(client.clone()));
     let (resync_tx, resyncs) = tokio::sync::watch::channel(0u64);
     if !config.resync.is_zero() {
         let period = config.resync;
@@ -478,6 +472,30 @@ pub async fn run<P: Provisioner>(
     // What the last reconciles said, before the process goes.
     ctx.events.flush(EVENTS_FLUSH).await;
     tracing::info!("provisioning lifecycle stopped");
+}
+
+/// A controller of every object of `api`, as `Controller::new` makes it,
+/// but whose cache drops what the host never reads: `managedFields`, often
+/// more than half of a claim or volume once parsed. Every host caches every
+/// claim and volume of the cluster, so in node mode that is paid once per
+/// node (BENCHMARKS.md, "Node host memory"). Only the cached copy loses
+/// them: updates are patches, never the cached object written back.
+fn controller_of<K>(api: Api<K>) -> Controller<K>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store();
+    let stream = watcher(api, watcher::Config::default())
+        .modify(|object| object.meta_mut().managed_fields = None)
+        .reflect(writer)
+        .applied_objects();
+    Controller::for_stream(stream, store)
 }
 
 /// One item per plugin version loaded: claims refused for a missing plugin
