@@ -897,16 +897,11 @@ async fn a_node_that_hangs_and_is_deleted_mid_burst_loses_no_claim(cluster: &Clu
             .await
             .unwrap();
     }
-    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), "default");
     for (pv, _) in &kept {
         let report = eventually_within(LIMIT * 2, "a VolumeNodeGone Warning", || async {
-            events
-                .list(&ListParams::default())
-                .await
-                .ok()?
-                .items
+            support::events_about(&client, "default", pv)
+                .await?
                 .into_iter()
-                .filter(|e| e.involved_object.name.as_deref() == Some(pv.as_str()))
                 .find(|e| e.reason.as_deref() == Some("VolumeNodeGone"))?
                 .message
         });

@@ -316,15 +316,10 @@ async fn a_central_host_refuses_node_local_volumes_when_the_cluster_has_several_
     )
     .await;
     create_claim(&admin, "data", "shared", None).await;
-    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(admin.clone(), "default");
     let message = eventually("the claim is refused with a Warning", || async {
-        events
-            .list(&ListParams::default())
-            .await
-            .ok()?
-            .items
+        events_about(&admin, "default", "data")
+            .await?
             .into_iter()
-            .filter(|e| e.involved_object.name.as_deref() == Some("data"))
             .filter(|e| e.reason.as_deref() == Some("ProvisioningFailed"))
             .find_map(|e| e.message)
     })
@@ -382,14 +377,10 @@ async fn two_node_hosts(
 
 /// The Warnings `reason` on claim `claim`, with their counts.
 async fn warnings(client: &Client, claim: &str) -> Vec<(String, i32)> {
-    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), "default");
-    events
-        .list(&ListParams::default())
+    events_about(client, "default", claim)
         .await
-        .unwrap()
-        .items
+        .expect("listing events")
         .into_iter()
-        .filter(|e| e.involved_object.name.as_deref() == Some(claim))
         .filter(|e| e.type_.as_deref() == Some("Warning"))
         .map(|e| (e.message.unwrap_or_default(), e.count.unwrap_or(1)))
         .collect()
@@ -552,15 +543,10 @@ async fn the_janitor_lets_go_of_claims_a_gone_nodes_host_held(server: Server) {
             .then_some(())
     })
     .await;
-    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(admin.clone(), "default");
     eventually("a word on the deleted claim", || async {
-        events
-            .list(&ListParams::default())
-            .await
-            .ok()?
-            .items
+        events_about(&admin, "default", "deleted")
+            .await?
             .into_iter()
-            .filter(|e| e.involved_object.name.as_deref() == Some("deleted"))
             .any(|e| {
                 e.message.as_deref().is_some_and(|m| {
                     m.contains("its selected node gone-node does not exist")
@@ -625,16 +611,11 @@ async fn a_released_volume_whose_node_is_gone_is_reported_and_kept(server: Serve
             .await
             .unwrap();
     }
-    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(admin.clone(), "default");
     let name = pv.name_any();
     let message = eventually("the volume's VolumeNodeGone Warning", || async {
-        events
-            .list(&ListParams::default())
-            .await
-            .ok()?
-            .items
+        events_about(&admin, "default", &name)
+            .await?
             .into_iter()
-            .filter(|e| e.involved_object.name.as_deref() == Some(name.as_str()))
             .find(|e| e.reason.as_deref() == Some("VolumeNodeGone"))?
             .message
     })

@@ -613,3 +613,22 @@ pub async fn add_shared_backend_policy(
         .await
         .unwrap();
 }
+
+/// The events about the object `name` in `namespace` (`default` for
+/// volumes and other cluster-wide objects); `None` when they cannot be
+/// listed, for a caller that polls.
+pub async fn events_about(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Option<Vec<k8s_openapi::api::core::v1::Event>> {
+    let events: kube::Api<k8s_openapi::api::core::v1::Event> =
+        kube::Api::namespaced(client.clone(), namespace);
+    let listed = events.list(&Default::default()).await.ok()?.items;
+    Some(
+        listed
+            .into_iter()
+            .filter(|e| e.involved_object.name.as_deref() == Some(name))
+            .collect(),
+    )
+}
