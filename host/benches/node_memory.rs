@@ -32,7 +32,7 @@ mod process;
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -219,7 +219,7 @@ async fn measure(
         .await
         .unwrap();
 
-    let mut contender = match kind {
+    let contender = match kind {
         Kind::Go => Contender::go(bin, kubeconfig, provisioner, &volumes_dir, &node, work),
         Kind::Wasmprov => Contender::wasmprov(plugin, kubeconfig, &volumes_dir, &node, work).await,
     };
@@ -281,7 +281,7 @@ async fn measure(
     tokio::time::sleep(SETTLE).await;
     let after = contender.rss("VmRSS");
     let peak = contender.rss("VmHWM");
-    contender.stop();
+    drop(contender);
     Figures {
         at_rest,
         loaded,
@@ -312,7 +312,7 @@ where
 }
 
 /// A contender's process; killed when dropped.
-struct Contender(Child);
+struct Contender(process::Process);
 
 impl Contender {
     fn go(
@@ -335,7 +335,7 @@ impl Contender {
             .stderr(log(work, "go"))
             .spawn()
             .expect("start the Go peer");
-        Self(child)
+        Self(process::Process(child))
     }
 
     /// `wasmprov run` in node mode, once ready.
@@ -383,11 +383,11 @@ impl Contender {
             .stderr(log(work, "wasmprov"))
             .spawn()
             .expect("start wasmprov run");
-        let mut contender = Self(child);
+        let mut contender = Self(process::Process(child));
         let deadline = Instant::now() + TIMEOUT;
         while !process::ready(port) {
             assert!(Instant::now() < deadline, "wasmprov never became ready");
-            if let Ok(Some(status)) = contender.0.try_wait() {
+            if let Ok(Some(status)) = contender.0 .0.try_wait() {
                 panic!("wasmprov run exited: {status}");
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -396,18 +396,7 @@ impl Contender {
     }
 
     fn rss(&self, field: &str) -> f64 {
-        process::status_mib(self.0.id(), field)
-    }
-
-    fn stop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Drop for Contender {
-    fn drop(&mut self) {
-        self.stop();
+        process::status_mib(self.0 .0.id(), field)
     }
 }
 

@@ -375,7 +375,7 @@ async fn measure(
         )
         .await;
     }
-    let mut process = Process(spawn(
+    let mut process = process::Process(spawn(
         contender,
         bin,
         plugin,
@@ -614,22 +614,6 @@ fn spawn(
         .stderr(log)
         .spawn()
         .unwrap_or_else(|e| panic!("start {}: {e}", contender.name))
-}
-
-/// The contender's process; killed when dropped.
-struct Process(Child);
-
-impl Process {
-    fn stop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        self.stop();
-    }
 }
 
 /// When each claim of a namespace was first seen Bound, and its volume;

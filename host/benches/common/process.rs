@@ -1,4 +1,6 @@
-//! What the benchmarks read about the processes they start.
+//! The processes the benchmarks start, and what they read about them.
+
+#![allow(dead_code)] // each benchmark uses a subset
 
 use std::io::{Read, Write};
 use std::time::Duration;
@@ -17,7 +19,6 @@ pub fn status_mib(pid: u32, field: &str) -> f64 {
 }
 
 /// Whether a host's `GET /readyz` on `port` answers 200.
-#[allow(dead_code)] // versus_go waits on its contenders otherwise
 pub fn ready(port: u16) -> bool {
     let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
         return false;
@@ -32,4 +33,20 @@ pub fn ready(port: u16) -> bool {
     let mut answer = String::new();
     let _ = stream.read_to_string(&mut answer);
     answer.starts_with("HTTP/1.1 200") || answer.starts_with("HTTP/1.0 200")
+}
+
+/// A process the benchmark started; killed when dropped.
+pub struct Process(pub std::process::Child);
+
+impl Process {
+    pub fn stop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.stop();
+    }
 }
