@@ -14,6 +14,14 @@
 //! ones are dropped and counted in the log (client-go drops them past
 //! 1,000). [`Events::flush`] gives them a moment at shutdown.
 //!
+//! An event that only says work has begun ([`Events::starting`]: a claim's
+//! `Provisioning`, `Resizing`) is not sent if the work's outcome (a later
+//! event about the same object and action) is published while it still
+//! waits: the outcome says everything it would have. When the API server
+//! keeps up, both are sent, as the Go library sends them; in a burst that
+//! holds the queue up, a claim costs one event instead of two, and no
+//! outcome or failure is ever left out.
+//!
 //! Repeats of an event become a series (one object whose count grows), as
 //! with kube-runtime's `Recorder`, but only when the note is the same too:
 //! the Recorder keys a series on reason and action alone and keeps the first
@@ -23,7 +31,7 @@
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -66,12 +74,32 @@ struct Key {
     note: String,
 }
 
+impl Key {
+    /// What an outcome shares with the start of its work.
+    fn work(&self) -> Work {
+        (self.regarding.clone(), self.action.clone())
+    }
+}
+
+/// An object and an action: the work a [`Events::starting`] event begins.
+type Work = (
+    (
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+    ),
+    String,
+);
+
 /// An event published and not sent yet.
 struct Outgoing {
     object: ObjectReference,
     key: Key,
     at: Timestamp,
     seen: Instant,
+    /// For a start of work: set once its outcome is published.
+    superseded: Option<Arc<AtomicBool>>,
 }
 
 #[derive(Debug)]
@@ -100,13 +128,49 @@ pub struct Events {
 struct Queue {
     waiting: AtomicUsize,
     dropped: AtomicU64,
+    /// Starts of work left unsent because their outcome came first.
+    superseded: AtomicU64,
     emptied: Notify,
+    /// The starts of work waiting in the lanes, by object and action.
+    unsent_starts: Mutex<HashMap<Work, Arc<AtomicBool>>>,
 }
 
 impl Queue {
     fn done(&self) {
         if self.waiting.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.emptied.notify_waiters();
+        }
+    }
+
+    fn unsent_starts(&self) -> std::sync::MutexGuard<'_, HashMap<Work, Arc<AtomicBool>>> {
+        self.unsent_starts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether `event` is still to be sent: not a start of work whose
+    /// outcome was published since. A start about to be sent can no longer
+    /// be superseded.
+    fn still_wanted(&self, event: &Outgoing) -> bool {
+        if event
+            .superseded
+            .as_ref()
+            .is_some_and(|flag| flag.load(Ordering::Acquire))
+        {
+            self.superseded.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        self.forget_start(event);
+        true
+    }
+
+    /// Takes `event`, if a start of work, out of those an outcome
+    /// supersedes: it is being sent, or was dropped.
+    fn forget_start(&self, event: &Outgoing) {
+        if let Some(flag) = &event.superseded {
+            let mut starts = self.unsent_starts();
+            let work = event.key.work();
+            if starts.get(&work).is_some_and(|f| Arc::ptr_eq(f, flag)) {
+                starts.remove(&work);
+            }
         }
     }
 }
@@ -134,7 +198,9 @@ impl Events {
                 let (sender, queue) = (sender.clone(), queue.clone());
                 tokio::spawn(async move {
                     while let Some(event) = rx.recv().await {
-                        sender.publish(event).await;
+                        if queue.still_wanted(&event) {
+                            sender.publish(event).await;
+                        }
                         queue.done();
                     }
                 });
@@ -145,11 +211,18 @@ impl Events {
     }
 
     pub fn normal(&self, object: &ObjectReference, reason: &str, action: &str, note: String) {
-        self.publish(object, "Normal", reason, action, note);
+        self.publish(object, "Normal", reason, action, note, false);
     }
 
     pub fn warning(&self, object: &ObjectReference, reason: &str, action: &str, note: String) {
-        self.publish(object, "Warning", reason, action, note);
+        self.publish(object, "Warning", reason, action, note, false);
+    }
+
+    /// A Normal event saying that `action` on `object` has begun. Left
+    /// unsent if the action's outcome (the next event about `object` with
+    /// the same `action`) is published before it could be sent.
+    pub fn starting(&self, object: &ObjectReference, reason: &str, action: &str, note: String) {
+        self.publish(object, "Normal", reason, action, note, true);
     }
 
     /// Waits until every event published so far is sent (or failed), for at
@@ -181,6 +254,7 @@ impl Events {
         reason: &str,
         action: &str,
         note: String,
+        start_of_work: bool,
     ) {
         // The API server rejects notes over 1 KiB. A note can quote a plugin:
         // no control character reaches `kubectl describe` or a log.
@@ -200,19 +274,34 @@ impl Events {
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         key.regarding.hash(&mut hasher);
         let lane = &self.lanes[hasher.finish() as usize % self.lanes.len()];
+        // Whatever comes next about this work supersedes a start of it
+        // that still waits, a newer start included.
+        let superseded = {
+            let mut starts = self.queue.unsent_starts();
+            let work = key.work();
+            if let Some(earlier) = starts.remove(&work) {
+                earlier.store(true, Ordering::Release);
+            }
+            start_of_work.then(|| {
+                let flag = Arc::new(AtomicBool::new(false));
+                starts.insert(work, flag.clone());
+                flag
+            })
+        };
         self.queue.waiting.fetch_add(1, Ordering::AcqRel);
         let event = Outgoing {
             object: object.clone(),
             key,
             at: Timestamp::now(),
             seen: Instant::now(),
+            superseded,
         };
         if let Err(refused) = lane.try_send(event) {
+            let full = matches!(refused, mpsc::error::TrySendError::Full(_));
+            self.queue.forget_start(&refused.into_inner());
             self.queue.done();
             let dropped = self.queue.dropped.fetch_add(1, Ordering::Relaxed) + 1;
-            if matches!(refused, mpsc::error::TrySendError::Full(_))
-                && (dropped == 1 || dropped.is_multiple_of(1000))
-            {
+            if full && (dropped == 1 || dropped.is_multiple_of(1000)) {
                 tracing::warn!(
                     reason,
                     object = ?object.name,
@@ -233,6 +322,7 @@ impl Sender {
             key,
             at,
             seen,
+            superseded: _,
         } = event;
         let reason = key.reason.clone();
         if let Err(e) = self.send(&object, key, at, seen).await {
@@ -403,6 +493,84 @@ mod tests {
             );
             assert_eq!(of[1].series.as_ref().map(|s| s.count), Some(2), "{name}");
         }
+    }
+
+    /// A start of work whose outcome is published before the start could be
+    /// sent is left out; one already sent is not, and nothing else is.
+    #[tokio::test]
+    async fn an_outcome_supersedes_its_unsent_start() {
+        let sim = kube_sim::Simulator::start(kube_sim::Config::default())
+            .await
+            .unwrap();
+        let client = sim.client().unwrap();
+        let events = Events::new(
+            client.clone(),
+            Reporter {
+                controller: "test".into(),
+                instance: None,
+            },
+        );
+        // This test's runtime has one thread: nothing is sent before the
+        // first await, so every start below still waits for its lane.
+        for i in 0..20 {
+            let object = claim(&format!("quick{i}"));
+            events.starting(&object, "Provisioning", "Provisioning", "go".into());
+            events.normal(
+                &object,
+                "ProvisioningSucceeded",
+                "Provisioning",
+                "made".into(),
+            );
+        }
+        // Another action's start, and another object's, are not outcomes.
+        let other = claim("other");
+        events.starting(&other, "Resizing", "Resizing", "grow".into());
+        events.normal(
+            &other,
+            "ProvisioningSucceeded",
+            "Provisioning",
+            "made".into(),
+        );
+        events.normal(
+            &claim("third"),
+            "ProvisioningSucceeded",
+            "Provisioning",
+            "made".into(),
+        );
+        assert!(events.flush(Duration::from_secs(30)).await, "all sent");
+        // Sent before its outcome came: kept.
+        let slow = claim("slow");
+        events.starting(&slow, "Provisioning", "Provisioning", "go".into());
+        assert!(events.flush(Duration::from_secs(30)).await, "sent");
+        events.warning(&slow, "ProvisioningFailed", "Provisioning", "no".into());
+        assert!(events.flush(Duration::from_secs(30)).await, "sent");
+
+        let sent = Api::<Event>::namespaced(client, "default")
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items;
+        let reasons = |name: &str| {
+            let mut of: Vec<&Event> = sent
+                .iter()
+                .filter(|e| e.regarding.as_ref().unwrap().name.as_deref() == Some(name))
+                .collect();
+            of.sort_by_key(|e| e.event_time.as_ref().unwrap().0);
+            of.iter()
+                .map(|e| e.reason.clone().unwrap())
+                .collect::<Vec<_>>()
+        };
+        for i in 0..20 {
+            assert_eq!(reasons(&format!("quick{i}")), ["ProvisioningSucceeded"]);
+        }
+        assert_eq!(reasons("other"), ["Resizing", "ProvisioningSucceeded"]);
+        assert_eq!(reasons("third"), ["ProvisioningSucceeded"]);
+        assert_eq!(reasons("slow"), ["Provisioning", "ProvisioningFailed"]);
+        assert_eq!(events.queue.superseded.load(Ordering::Relaxed), 20);
+        assert!(
+            events.queue.unsent_starts().is_empty(),
+            "nothing left to supersede"
+        );
     }
 
     /// Publishing never waits for the API server, and a full queue drops

@@ -288,7 +288,7 @@ async fn provision<P: Provisioner>(
     } else {
         claim.clone()
     };
-    ctx.events.normal(
+    ctx.events.starting(
         &reference,
         PROVISIONING,
         "Provisioning",

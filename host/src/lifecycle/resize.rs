@@ -329,7 +329,7 @@ async fn resize<P: Provisioner>(
         ));
     }
     let claim = mark_in_progress(claim, ctx, bytes).await?;
-    ctx.events.normal(
+    ctx.events.starting(
         &reference,
         RESIZING,
         "Resizing",
