@@ -113,7 +113,13 @@ impl WasmProvisioner {
         let rejection = match volume::build(opts, &volume, &provenance) {
             Ok(pv) => {
                 let source = serde_json::from_str(&volume.source).unwrap_or_default();
-                let refusals = output::check(&self.output, opts, &volume, &source);
+                let refusals = output::check(
+                    &self.output,
+                    &self.plugin.policy().preopens,
+                    opts,
+                    &volume,
+                    &source,
+                );
                 if refusals.is_empty() {
                     match access::apply_to_source(&access, &source) {
                         Ok(()) => return Ok(pv),
