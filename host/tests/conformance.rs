@@ -44,18 +44,32 @@ impl Run {
         )
     }
 
-    /// The verdict and details of the row of `check`.
+    /// The verdict and details of the first row of `check` (of any class).
     fn row(&self, check: &str) -> Option<(String, String)> {
-        self.stdout().lines().find_map(|line| {
-            let (verdict, rest) = line.split_once(' ')?;
-            if !matches!(verdict, "PASS" | "FAIL" | "SKIP") {
-                return None;
-            }
-            let details = rest.trim_start().strip_prefix(check)?;
-            details
-                .starts_with("  ")
-                .then(|| (verdict.to_owned(), details.trim().to_owned()))
-        })
+        self.rows(check).into_iter().next()
+    }
+
+    /// The verdict and details of every row of `check`: one per class
+    /// (`[class] check` when a run tests several).
+    fn rows(&self, check: &str) -> Vec<(String, String)> {
+        self.stdout()
+            .lines()
+            .filter_map(|line| {
+                let (verdict, rest) = line.split_once(' ')?;
+                if !matches!(verdict, "PASS" | "FAIL" | "SKIP") {
+                    return None;
+                }
+                let rest = rest.trim_start();
+                let rest = match rest.strip_prefix('[') {
+                    Some(labelled) => labelled.split_once("] ")?.1,
+                    None => rest,
+                };
+                let details = rest.strip_prefix(check)?;
+                details
+                    .starts_with("  ")
+                    .then(|| (verdict.to_owned(), details.trim().to_owned()))
+            })
+            .collect()
     }
 
     fn assert_row(&self, check: &str, verdict: &str, details: &[&str]) {
@@ -176,12 +190,20 @@ fn every_plugin_passes_the_conformance_suite() {
             failures.push(format!("== {name}\n{}", run.report()));
         }
         // Every check ran: nothing skipped for a plugin with a working class.
-        for check in [
+        let mut must_pass = vec![
             "provision is idempotent",
             "delete of an unknown volume",
             "zero-size claim",
-        ] {
-            if run.row(check).is_none_or(|(v, _)| v != "PASS") {
+            "unknown parameter",
+            "output within policy",
+        ];
+        // Their volumes are directories in a preopen: gone after delete.
+        if ["hostpath", "hostpath-go", "quota-dir"].contains(&name.as_str()) {
+            must_pass.push("delete removes the storage");
+        }
+        for check in must_pass {
+            let rows = run.rows(check);
+            if rows.is_empty() || rows.iter().any(|(v, _)| v != "PASS") {
                 failures.push(format!("== {name}: {check} did not pass\n{}", run.report()));
             }
         }
@@ -206,7 +228,8 @@ fn every_plugin_passes_the_conformance_suite() {
             "resize is idempotent",
             "resize of a deleted volume",
         ] {
-            if run.row(check).is_none_or(|(v, _)| v != want) {
+            let rows = run.rows(check);
+            if rows.is_empty() || rows.iter().any(|(v, _)| v != want) {
                 failures.push(format!(
                     "== {name}: {check} is not {want}\n{}",
                     run.report()
@@ -249,12 +272,44 @@ fn a_broken_plugin_fails_with_a_table_that_says_what_is_wrong() {
         &["crashed", "class parameter root", "invalid-argument"],
     );
     run.assert_row("no timeout, memory or crash", "FAIL", &["crashed"]);
+    // Its delete does remove what it made; it takes any parameter.
+    run.assert_row("delete removes the storage", "PASS", &["is gone"]);
+    run.assert_row(
+        "unknown parameter",
+        "FAIL",
+        &[
+            "conformanceUnknownParameter",
+            "got a volume",
+            "invalid-argument",
+        ],
+    );
     assert!(
         run.stdout()
-            .contains("FAILED: 6 passed, 6 failed, 3 skipped"),
+            .contains("FAILED: 7 passed, 7 failed, 3 skipped"),
         "{}",
         run.report()
     );
+}
+
+/// A delete that answers success and leaves the directory is caught; so is
+/// a plugin that takes any parameter. Neither passes for something the
+/// suite did not look at.
+#[test]
+fn a_plugin_whose_delete_leaves_the_storage_fails() {
+    let run = misbehave_test("keep-on-delete", "");
+    assert_eq!(run.output.status.code(), Some(1), "{}", run.report());
+    run.assert_row("delete", "PASS", &["deleted"]);
+    run.assert_row(
+        "delete removes the storage",
+        "FAIL",
+        &["/tmp/ok/pvc-", "is still there", "archive"],
+    );
+    run.assert_row(
+        "unknown parameter",
+        "FAIL",
+        &["conformanceUnknownParameter", "got a volume"],
+    );
+    run.assert_row("output within policy", "PASS", &["accepted all"]);
 }
 
 /// Runs the suite on the misbehave guest with `behavior` and a policy entry
@@ -318,6 +373,8 @@ fn a_plugin_that_times_out_fails_the_budget_check() {
         "FAIL",
         &["ran out of time", "raise `timeout`"],
     );
+    // Nothing was returned, so nothing is said to be within policy.
+    run.assert_row("output within policy", "SKIP", &["returned no volume"]);
 }
 
 #[test]

@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::Resource;
 use serde::de::DeserializeOwned;
+use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 mod conformance;
@@ -257,6 +258,20 @@ fn warn_about_class(class: &StorageClass, file: &Path, plugin: &PluginFile) {
 /// Reads the object of kind `T` that the file given to `flag` holds; an
 /// error names the flag, the file, the kind it holds and the kind expected.
 fn read_object<T: Resource + DeserializeOwned>(path: &Path, flag: &str) -> anyhow::Result<T> {
+    let mut objects = read_objects(path, flag)?;
+    match objects.len() {
+        1 => Ok(objects.remove(0)),
+        n => anyhow::bail!(
+            "{} (given to {flag}) holds {n} objects; {flag} takes one {}",
+            path.display(),
+            T::KIND
+        ),
+    }
+}
+
+/// The objects of a YAML file of one or more documents (or of a JSON file),
+/// each of kind `T`.
+fn read_objects<T: Resource + DeserializeOwned>(path: &Path, flag: &str) -> anyhow::Result<Vec<T>> {
     let (kind, api_version) = (T::KIND, T::API_VERSION);
     let text = std::fs::read_to_string(path).with_context(|| {
         format!(
@@ -264,27 +279,46 @@ fn read_object<T: Resource + DeserializeOwned>(path: &Path, flag: &str) -> anyho
             path.display()
         )
     })?;
-    // An object of another kind: say so, rather than what deserialising it
-    // as `T` trips over first (often only its apiVersion).
-    let value = serde_yaml::from_str::<serde_yaml::Value>(&text).ok();
-    if let Some(found) = value
-        .as_ref()
-        .and_then(|v| v.get("kind"))
-        .and_then(|k| k.as_str())
-        .filter(|found| *found != kind)
-    {
-        anyhow::bail!(
-            "{} (given to {flag}) holds a {found}, but {flag} expects a {kind} \
-             (apiVersion: {api_version}, kind: {kind})",
-            path.display()
-        );
+    let mut objects = Vec::new();
+    for (i, document) in serde_yaml::Deserializer::from_str(&text).enumerate() {
+        let value = serde_yaml::Value::deserialize(document).with_context(|| {
+            format!(
+                "{} (given to {flag}) is not valid YAML or JSON",
+                path.display()
+            )
+        })?;
+        if value.is_null() {
+            continue; // an empty document, e.g. after a trailing `---`
+        }
+        let which = if i == 0 {
+            String::new()
+        } else {
+            format!(" (document {})", i + 1)
+        };
+        // An object of another kind: say so, rather than what deserialising
+        // it as `T` trips over first (often only its apiVersion).
+        if let Some(found) = value
+            .get("kind")
+            .and_then(|k| k.as_str())
+            .filter(|found| *found != kind)
+        {
+            anyhow::bail!(
+                "{}{which} (given to {flag}) holds a {found}, but {flag} expects a {kind} \
+                 (apiVersion: {api_version}, kind: {kind})",
+                path.display()
+            );
+        }
+        objects.push(serde_yaml::from_value(value).with_context(|| {
+            format!(
+                "{}{which} (given to {flag}) is not a valid {kind} manifest",
+                path.display()
+            )
+        })?);
     }
-    serde_yaml::from_str(&text).with_context(|| {
-        format!(
-            "{} (given to {flag}) is not a valid {kind} manifest (YAML or JSON, one object)",
-            path.display()
-        )
-    })
+    if objects.is_empty() {
+        anyhow::bail!("{} (given to {flag}) holds no {kind}", path.display());
+    }
+    Ok(objects)
 }
 
 async fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {

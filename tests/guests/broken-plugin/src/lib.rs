@@ -12,7 +12,8 @@
 //!   host refuses as invalid) instead of `invalid-argument`;
 //! - **crashes on a missing parameter**: `root` is unwrapped (a trap) instead
 //!   of answering `invalid-argument`;
-//! - **delete of a gone volume fails** ("No such file or directory").
+//! - **delete of a gone volume fails** ("No such file or directory");
+//! - **takes any parameter**: an unknown one is ignored instead of refused.
 
 use wasmprov_plugin::{
     export_plugin, source, volume, DeleteError, DeleteRequest, Plugin, PluginCapabilities,

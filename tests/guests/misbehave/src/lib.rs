@@ -77,6 +77,7 @@ const OK_DIR: &str = "/ok";
 /// Every value of the `behavior` parameter `provision` understands.
 pub const BEHAVIORS: &[&str] = &[
     "ok",
+    "keep-on-delete",
     "loop",
     "oom",
     "trap",
@@ -144,7 +145,7 @@ impl Guest for Misbehave {
         let ok = || volume(pv, bytes, Vec::new());
 
         match param(params, "behavior").unwrap_or("ok") {
-            "ok" => Ok(ok()),
+            "ok" | "keep-on-delete" => Ok(ok()),
             "loop" => spin_forever(),
             "oom" => allocate_forever(),
             "trap" => panic!("misbehave: deliberate panic"),
@@ -492,6 +493,8 @@ impl Guest for Misbehave {
             }
             "rename" => Err(DeleteError::Failed(renames(list(params, "renames")))),
             "ignored" => Err(DeleteError::Ignored("misbehave: not my volume".to_string())),
+            // Says the storage is gone, and leaves it.
+            "keep-on-delete" => Ok(()),
             // Everything else only misbehaves in provision: only the
             // healthy volume's directory to remove, if it was made.
             known if BEHAVIORS.contains(&known) => {
