@@ -312,6 +312,11 @@ impl PolicySet {
         Ok(())
     }
 
+    /// The side the file gives the named plugin to, if it is not this one.
+    pub fn runs_elsewhere(&self, name: &str) -> Option<RunsOn> {
+        self.elsewhere.get(name).copied()
+    }
+
     /// The sandbox of the named plugin (the defaults if it has no entry).
     pub fn sandbox_for(&self, name: &str) -> SandboxPolicy {
         self.plugins

@@ -1,5 +1,6 @@
-//! `wasmprov plugin check|invoke|delete`: run a plugin component against
-//! Kubernetes objects read from files, with no cluster.
+//! `wasmprov plugin …`: make a plugin project (`new`), run a plugin
+//! component against Kubernetes objects read from files with no cluster
+//! (`check`, `invoke`, `delete`, `test`), and package it (`pack`).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -15,6 +16,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 mod conformance;
+mod new;
 mod pack;
 
 use super::{RuntimeArgs, DEFAULT_NODE_PROVISIONER_NAME, DEFAULT_PROVISIONER_NAME};
@@ -39,6 +41,10 @@ pub enum PluginCommand {
     /// `kubectl apply --server-side -f -` (split into parts and a manifest
     /// when it does not fit one ConfigMap).
     Pack(pack::PackArgs),
+    /// Create a plugin project of its own in a new directory: a working
+    /// backend (a directory per volume) with its build script, class and
+    /// policy, passing `wasmprov plugin test` from the start.
+    New(new::NewArgs),
 }
 
 #[derive(Debug, Args)]
@@ -97,6 +103,7 @@ pub async fn run(cmd: PluginCommand) -> anyhow::Result<ExitCode> {
         PluginCommand::Delete(args) => delete(args).await,
         PluginCommand::Test(args) => conformance::test(args).await,
         PluginCommand::Pack(args) => pack::pack(args).await,
+        PluginCommand::New(args) => new::new(args),
     }
 }
 
@@ -145,7 +152,7 @@ fn runtime(args: &RuntimeArgs) -> anyhow::Result<Runtime> {
 async fn load(args: &PluginFile) -> anyhow::Result<Loaded> {
     let name = plugin_name(args)?;
     let policies = match &args.runtime.policy {
-        Some(path) => PolicySet::load(path)?,
+        Some(path) => policy_for(path, &name)?,
         None => PolicySet::default(),
     };
     let bytes = std::fs::read(&args.file)
@@ -159,6 +166,16 @@ async fn load(args: &PluginFile) -> anyhow::Result<Loaded> {
         _runtime: runtime,
         provisioner: WasmProvisioner::new(Arc::new(plugin), policies.output_for(&name)),
         sandbox_note: sandbox_note(args.runtime.policy.as_deref(), &policies, &name),
+    })
+}
+
+/// The policy file as the host that serves plugin `name` reads it: a local
+/// run stands for that host, central or on a node (`runsOn: node`).
+fn policy_for(path: &Path, name: &str) -> anyhow::Result<PolicySet> {
+    let central = PolicySet::load(path)?;
+    Ok(match central.runs_elsewhere(name) {
+        Some(side) => PolicySet::load_for(path, side)?,
+        None => central,
     })
 }
 

@@ -78,7 +78,7 @@ pub async fn pack(args: PackArgs) -> anyhow::Result<ExitCode> {
     // Refuse what the host would reject: not a component, wrong world,
     // unsupported contract version.
     let policies = match &args.plugin.runtime.policy {
-        Some(path) => PolicySet::load(path)?,
+        Some(path) => super::policy_for(path, &name)?,
         None => PolicySet::default(),
     };
     let runtime = super::runtime(&args.plugin.runtime)?;
