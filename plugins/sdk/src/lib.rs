@@ -62,7 +62,7 @@ pub use wit_bindgen;
 /// generated once for every Rust plugin.
 pub mod bindings {
     wit_bindgen::generate!({
-        path: "../../wit",
+        path: "wit",
         world: "provisioner",
         pub_export_macro: true,
         export_macro_name: "export",

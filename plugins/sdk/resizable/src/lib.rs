@@ -12,7 +12,7 @@ extern crate self as wasmprov_plugin;
 pub use wit_bindgen;
 
 wit_bindgen::generate!({
-    path: "../../../wit",
+    path: "wit",
     world: "resizable-provisioner",
     pub_export_macro: true,
     export_macro_name: "export",

@@ -1,0 +1,280 @@
+//! `wasmprov plugin new NAME --lang LANG`: a plugin project of its own, in a
+//! new directory outside any checkout of wasmprov, that builds with one
+//! command (`./build.sh`) into `NAME.wasm` and passes `wasmprov plugin test`
+//! with the class and policy it comes with. It is a small working backend
+//! (a directory per volume in the plugin's preopen), not a stub: authors
+//! change it rather than start from nothing.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+
+#[derive(Debug, Args)]
+pub struct NewArgs {
+    /// The plugin's name: lowercase letters, digits and '-', starting with a
+    /// letter (it names the plugin's ConfigMaps, policy entry and file).
+    pub name: String,
+    /// The language of the plugin.
+    #[arg(long, value_enum)]
+    pub lang: Language,
+    /// The directory to create [default: ./NAME]; it must not exist, or be
+    /// empty.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// A checkout of wasmprov whose SDK the project depends on by path,
+    /// instead of the published package (to build against unreleased
+    /// changes, or where the package registry is out of reach).
+    #[arg(long, value_name = "DIR")]
+    pub sdk_path: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Language {
+    Rust,
+}
+
+/// The version of the SDKs a new project depends on: this host's.
+const SDK_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// A file of a new project: where it goes, its template, whether it runs.
+struct File {
+    path: &'static str,
+    template: &'static str,
+    executable: bool,
+}
+
+const COMMON: [File; 4] = [
+    File {
+        path: "README.md",
+        template: include_str!("common/README.md"),
+        executable: false,
+    },
+    File {
+        path: "class.yaml",
+        template: include_str!("common/class.yaml"),
+        executable: false,
+    },
+    File {
+        path: "policy.yaml",
+        template: include_str!("common/policy.yaml"),
+        executable: false,
+    },
+    File {
+        path: ".gitignore",
+        template: include_str!("common/gitignore"),
+        executable: false,
+    },
+];
+
+const RUST: [File; 3] = [
+    File {
+        path: "Cargo.toml",
+        template: include_str!("rust/Cargo.toml"),
+        executable: false,
+    },
+    File {
+        path: "src/lib.rs",
+        template: include_str!("rust/src/lib.rs"),
+        executable: false,
+    },
+    File {
+        path: "build.sh",
+        template: include_str!("rust/build.sh"),
+        executable: true,
+    },
+];
+
+pub fn new(args: NewArgs) -> anyhow::Result<ExitCode> {
+    check_name(&args.name)?;
+    let dir = args
+        .dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(&args.name));
+    ensure_empty(&dir)?;
+    let sdk_path = match &args.sdk_path {
+        Some(path) => Some(sdk_checkout(path)?),
+        None => None,
+    };
+    let values = values(&args, sdk_path.as_deref());
+    let files = match args.lang {
+        Language::Rust => &RUST,
+    };
+    for file in COMMON.iter().chain(files.iter()) {
+        write(&dir, file, &values)?;
+    }
+    let shown = dir.display();
+    println!(
+        "created the {} plugin {} in {shown}",
+        values.language, args.name
+    );
+    println!();
+    println!("  cd {shown}");
+    println!("  ./build.sh");
+    println!("  mkdir -p /tmp/{}-volumes", args.name);
+    println!(
+        "  wasmprov plugin test {}.wasm --class class.yaml --policy policy.yaml",
+        args.name
+    );
+    println!();
+    println!("README.md says how to try it in a cluster and ship it.");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What the templates' `{{…}}` placeholders become.
+struct Values {
+    language: &'static str,
+    pairs: Vec<(&'static str, String)>,
+}
+
+fn values(args: &NewArgs, sdk_path: Option<&Path>) -> Values {
+    let name = &args.name;
+    let mut pairs = vec![("name", name.clone())];
+    let language = match args.lang {
+        Language::Rust => {
+            let sdk = match sdk_path {
+                Some(checkout) => format!(
+                    "wasmprov-plugin = {{ path = {:?} }}",
+                    checkout.join("plugins/sdk").display().to_string()
+                ),
+                None => format!("wasmprov-plugin = \"{SDK_VERSION}\""),
+            };
+            pairs.extend([
+                ("rust_sdk", sdk),
+                ("crate_file", name.replace('-', "_")),
+                ("type_name", type_name(name)),
+                ("source_file", "`src/lib.rs`".to_owned()),
+                ("ignore", "/target/".to_owned()),
+                (
+                    "prerequisites",
+                    "Rust with the `wasm32-wasip2` target (`rustup target add wasm32-wasip2`)."
+                        .to_owned(),
+                ),
+            ]);
+            "Rust"
+        }
+    };
+    pairs.push(("language", language.to_owned()));
+    Values { language, pairs }
+}
+
+/// `my-plugin` → `MyPlugin`.
+fn type_name(name: &str) -> String {
+    name.split('-')
+        .filter(|part| !part.is_empty())
+        .map(|part| {
+            let mut chars = part.chars();
+            chars
+                .next()
+                .map(|first| first.to_ascii_uppercase().to_string() + chars.as_str())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+fn render(template: &str, values: &Values) -> String {
+    values
+        .pairs
+        .iter()
+        .fold(template.to_owned(), |text, (key, value)| {
+            text.replace(&format!("{{{{{key}}}}}"), value)
+        })
+}
+
+fn write(dir: &Path, file: &File, values: &Values) -> anyhow::Result<()> {
+    let path = dir.join(file.path);
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("cannot create {}", parent.display()))?;
+    }
+    std::fs::write(&path, render(file.template, values))
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    if file.executable {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
+            .with_context(|| format!("cannot make {} executable", path.display()))?;
+    }
+    Ok(())
+}
+
+/// A DNS label that starts with a letter: a valid plugin name, crate and
+/// package name in every language.
+fn check_name(name: &str) -> anyhow::Result<()> {
+    let fine = (1..=63).contains(&name.len())
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && !name.ends_with('-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if !fine {
+        anyhow::bail!(
+            "{name:?} cannot be a plugin name: use lowercase letters, digits and '-', starting \
+             with a letter and not ending with '-', at most 63 characters (e.g. my-volumes)"
+        );
+    }
+    Ok(())
+}
+
+fn ensure_empty(dir: &Path) -> anyhow::Result<()> {
+    match std::fs::read_dir(dir) {
+        Ok(mut entries) => {
+            if entries.next().is_some() {
+                anyhow::bail!(
+                    "{} exists and is not empty: choose another --dir, or remove it",
+                    dir.display()
+                );
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("cannot look at {}", dir.display())),
+    }
+}
+
+/// `path`, absolute, if it is a checkout of wasmprov (it has the SDK).
+fn sdk_checkout(path: &Path) -> anyhow::Result<PathBuf> {
+    let checkout = std::fs::canonicalize(path)
+        .with_context(|| format!("--sdk-path {}: no such directory", path.display()))?;
+    let sdk = checkout.join("plugins/sdk/Cargo.toml");
+    if !sdk.is_file() {
+        anyhow::bail!(
+            "--sdk-path {}: not a checkout of wasmprov ({} is missing)",
+            path.display(),
+            sdk.display()
+        );
+    }
+    Ok(checkout)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_dns_labels_that_start_with_a_letter() {
+        for good in ["a", "my-volumes", "disk2"] {
+            assert!(check_name(good).is_ok(), "{good}");
+        }
+        for bad in ["", "My", "2disk", "a_b", "a-", "a.b", &"a".repeat(64)] {
+            let e = check_name(bad).unwrap_err().to_string();
+            assert!(e.contains("cannot be a plugin name"), "{bad}: {e}");
+        }
+        assert_eq!(type_name("my-volumes"), "MyVolumes");
+    }
+
+    #[test]
+    fn every_placeholder_of_a_language_is_filled() {
+        let args = NewArgs {
+            name: "my-volumes".into(),
+            lang: Language::Rust,
+            dir: None,
+            sdk_path: None,
+        };
+        let values = values(&args, None);
+        for file in COMMON.iter().chain(RUST.iter()) {
+            let text = render(file.template, &values);
+            assert!(!text.contains("{{"), "{}: {text}", file.path);
+        }
+    }
+}

@@ -1,0 +1,162 @@
+//! `wasmprov plugin new` as a plugin author runs it: from an empty directory
+//! outside the workspace, with only the commands the project's README gives,
+//! to a built component that passes `wasmprov plugin test`.
+
+mod support;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use support::*;
+
+fn wasmprov(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_wasmprov"))
+        .args(args)
+        .current_dir(dir)
+        .env(
+            "WASMPROV_CACHE_DIR",
+            workspace_root().join("target/test-compile-cache"),
+        )
+        .env("WASMPROV_LOG", "warn")
+        .output()
+        .expect("run wasmprov")
+}
+
+fn report(what: &str, o: &Output) -> String {
+    format!(
+        "{what}: {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// The row of `check` in a `plugin test` table: its verdict and details.
+fn row<'a>(table: &'a str, check: &str) -> Option<(&'a str, &'a str)> {
+    table.lines().find_map(|line| {
+        let (verdict, rest) = line.split_once(' ')?;
+        let details = rest.trim_start().strip_prefix(check)?;
+        details.starts_with("  ").then(|| (verdict, details.trim()))
+    })
+}
+
+#[test]
+fn a_new_rust_plugin_builds_with_one_command_and_passes_plugin_test() {
+    // Outside the workspace, as an author's own directory would be.
+    let home = tempfile::tempdir().unwrap();
+    let root = workspace_root();
+    let new = wasmprov(
+        home.path(),
+        &[
+            "plugin",
+            "new",
+            "demo-volumes",
+            "--lang",
+            "rust",
+            "--sdk-path",
+            root.to_str().unwrap(),
+        ],
+    );
+    assert!(new.status.success(), "{}", report("plugin new", &new));
+    let project = home.path().join("demo-volumes");
+    let said = String::from_utf8_lossy(&new.stdout);
+    assert!(said.contains("./build.sh"), "{said}");
+
+    // The one build command. Its dependencies are built once per machine
+    // (a target directory under the workspace's), not once per run.
+    let build = Command::new("./build.sh")
+        .current_dir(&project)
+        .env("CARGO_TARGET_DIR", root.join("target/plugin-new"))
+        .output()
+        .unwrap();
+    assert!(build.status.success(), "{}", report("./build.sh", &build));
+    assert!(project.join("demo-volumes.wasm").is_file());
+
+    // The README's test commands, as they are.
+    let volumes = Path::new("/tmp/demo-volumes-volumes");
+    std::fs::create_dir_all(volumes).unwrap();
+    let test = wasmprov(
+        &project,
+        &[
+            "plugin",
+            "test",
+            "demo-volumes.wasm",
+            "--class",
+            "class.yaml",
+            "--policy",
+            "policy.yaml",
+        ],
+    );
+    let table = String::from_utf8_lossy(&test.stdout).into_owned();
+    assert!(test.status.success(), "{}", report("plugin test", &test));
+    for check in [
+        "provision",
+        "provision is idempotent",
+        "claims get separate volumes",
+        "delete",
+        "delete removes the storage",
+        "delete is idempotent",
+        "delete of an unknown volume",
+        "zero-size claim",
+        "unknown parameter",
+        "without parameter \"hostRoot\"",
+        "output within policy",
+    ] {
+        assert_eq!(
+            row(&table, check).map(|(verdict, _)| verdict),
+            Some("PASS"),
+            "{check}:\n{table}"
+        );
+    }
+    // It deleted what it made.
+    assert_eq!(std::fs::read_dir(volumes).unwrap().count(), 0, "{table}");
+}
+
+#[test]
+fn plugin_new_refuses_a_bad_name_a_used_directory_and_an_unknown_language() {
+    let home = tempfile::tempdir().unwrap();
+    let out = wasmprov(
+        home.path(),
+        &["plugin", "new", "My_Plugin", "--lang", "rust"],
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("\"My_Plugin\" cannot be a plugin name") && err.contains("e.g. my-volumes"),
+        "{err}"
+    );
+
+    std::fs::create_dir(home.path().join("taken")).unwrap();
+    std::fs::write(home.path().join("taken/notes.txt"), "mine").unwrap();
+    let out = wasmprov(home.path(), &["plugin", "new", "taken", "--lang", "rust"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("taken exists and is not empty"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(home.path().join("taken/notes.txt")).unwrap(),
+        "mine",
+        "nothing of the author's is touched"
+    );
+
+    let out = wasmprov(home.path(), &["plugin", "new", "x", "--lang", "cobol"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("possible values: rust"), "{err}");
+
+    let out = wasmprov(
+        home.path(),
+        &[
+            "plugin",
+            "new",
+            "x",
+            "--lang",
+            "rust",
+            "--sdk-path",
+            "/nowhere",
+        ],
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--sdk-path /nowhere"), "{err}");
+    assert!(!home.path().join("x").exists(), "nothing made on an error");
+}
