@@ -441,10 +441,8 @@ mod tests {
         }
     }
 
-    /// Published events arrive, each object's in the order they happened,
-    /// and a repeat grows the series its first event started.
-    #[tokio::test]
-    async fn events_are_sent_in_the_background_in_order() {
+    /// A simulated API server, a client of it and events published there.
+    async fn publisher() -> (kube_sim::Simulator, Client, Events) {
         let sim = kube_sim::Simulator::start(kube_sim::Config::default())
             .await
             .unwrap();
@@ -456,6 +454,35 @@ mod tests {
                 instance: None,
             },
         );
+        (sim, client, events)
+    }
+
+    /// The events sent so far about claim `name`, oldest first.
+    async fn sent_about(client: &Client, name: &str) -> Vec<Event> {
+        let mut of: Vec<Event> = Api::<Event>::namespaced(client.clone(), "default")
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.regarding.as_ref().unwrap().name.as_deref() == Some(name))
+            .collect();
+        of.sort_by_key(|e| e.event_time.as_ref().unwrap().0);
+        of
+    }
+
+    fn reasons(events: &[Event]) -> Vec<&str> {
+        events
+            .iter()
+            .map(|e| e.reason.as_deref().unwrap())
+            .collect()
+    }
+
+    /// Published events arrive, each object's in the order they happened,
+    /// and a repeat grows the series its first event started.
+    #[tokio::test]
+    async fn events_are_sent_in_the_background_in_order() {
+        let (_sim, client, events) = publisher().await;
         for i in 0..20 {
             let object = claim(&format!("c{i}"));
             events.normal(&object, "Provisioning", "Provisioning", "started".into());
@@ -469,27 +496,17 @@ mod tests {
             );
         }
         assert!(events.flush(Duration::from_secs(30)).await, "all sent");
-        let sent = Api::<Event>::namespaced(client, "default")
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items;
-        assert_eq!(sent.len(), 20 * 3, "a repeat is no new event");
         for i in 0..20 {
             let name = format!("c{i}");
-            let mut of: Vec<&Event> = sent
-                .iter()
-                .filter(|e| e.regarding.as_ref().unwrap().name.as_deref() == Some(&*name))
-                .collect();
-            of.sort_by_key(|e| e.event_time.as_ref().unwrap().0);
-            let reasons: Vec<&str> = of.iter().map(|e| e.reason.as_deref().unwrap()).collect();
+            let of = sent_about(&client, &name).await;
             assert_eq!(
-                reasons,
+                reasons(&of),
                 [
                     "Provisioning",
                     "ProvisioningFailed",
                     "ProvisioningSucceeded"
-                ]
+                ],
+                "a repeat is no new event"
             );
             assert_eq!(of[1].series.as_ref().map(|s| s.count), Some(2), "{name}");
         }
@@ -499,17 +516,7 @@ mod tests {
     /// sent is left out; one already sent is not, and nothing else is.
     #[tokio::test]
     async fn an_outcome_supersedes_its_unsent_start() {
-        let sim = kube_sim::Simulator::start(kube_sim::Config::default())
-            .await
-            .unwrap();
-        let client = sim.client().unwrap();
-        let events = Events::new(
-            client.clone(),
-            Reporter {
-                controller: "test".into(),
-                instance: None,
-            },
-        );
+        let (_sim, client, events) = publisher().await;
         // This test's runtime has one thread: nothing is sent before the
         // first await, so every start below still waits for its lane.
         for i in 0..20 {
@@ -545,27 +552,16 @@ mod tests {
         events.warning(&slow, "ProvisioningFailed", "Provisioning", "no".into());
         assert!(events.flush(Duration::from_secs(30)).await, "sent");
 
-        let sent = Api::<Event>::namespaced(client, "default")
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items;
-        let reasons = |name: &str| {
-            let mut of: Vec<&Event> = sent
-                .iter()
-                .filter(|e| e.regarding.as_ref().unwrap().name.as_deref() == Some(name))
-                .collect();
-            of.sort_by_key(|e| e.event_time.as_ref().unwrap().0);
-            of.iter()
-                .map(|e| e.reason.clone().unwrap())
-                .collect::<Vec<_>>()
-        };
         for i in 0..20 {
-            assert_eq!(reasons(&format!("quick{i}")), ["ProvisioningSucceeded"]);
+            let of = sent_about(&client, &format!("quick{i}")).await;
+            assert_eq!(reasons(&of), ["ProvisioningSucceeded"]);
         }
-        assert_eq!(reasons("other"), ["Resizing", "ProvisioningSucceeded"]);
-        assert_eq!(reasons("third"), ["ProvisioningSucceeded"]);
-        assert_eq!(reasons("slow"), ["Provisioning", "ProvisioningFailed"]);
+        let of = sent_about(&client, "other").await;
+        assert_eq!(reasons(&of), ["Resizing", "ProvisioningSucceeded"]);
+        let of = sent_about(&client, "third").await;
+        assert_eq!(reasons(&of), ["ProvisioningSucceeded"]);
+        let of = sent_about(&client, "slow").await;
+        assert_eq!(reasons(&of), ["Provisioning", "ProvisioningFailed"]);
         assert_eq!(events.queue.superseded.load(Ordering::Relaxed), 20);
         assert!(
             events.queue.unsent_starts().is_empty(),

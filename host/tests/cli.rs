@@ -4,19 +4,14 @@
 mod support;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use k8s_openapi::api::core::v1::PersistentVolume;
 use support::*;
 
 fn wasmprov(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_wasmprov"))
+    wasmprov_command()
         .args(args)
-        .env(
-            "WASMPROV_CACHE_DIR",
-            workspace_root().join("target/test-compile-cache"),
-        )
-        .env("WASMPROV_LOG", "warn")
         .output()
         .expect("run wasmprov")
 }
@@ -194,13 +189,9 @@ fn invoke_shows_plugin_text_without_its_control_characters() {
          provisioner: wasmprov.io/host\nparameters: {behavior: control-text}\n",
     );
     let misbehave = guest_path("misbehave");
-    let out = Command::new(env!("CARGO_BIN_EXE_wasmprov"))
+    let out = wasmprov_command()
         .args(["plugin", "invoke", misbehave.to_str().unwrap(), "--class"])
         .args([&class, "--pvc", &s.pvc])
-        .env(
-            "WASMPROV_CACHE_DIR",
-            workspace_root().join("target/test-compile-cache"),
-        )
         .env("WASMPROV_LOG", "debug")
         .output()
         .unwrap();

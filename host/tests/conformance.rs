@@ -11,7 +11,7 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use k8s_openapi::api::core::v1::PersistentVolume;
 use support::*;
@@ -91,15 +91,8 @@ impl Run {
 /// `dir` (none: the suite's defaults).
 fn plugin_test(wasm: &Path, dir: Option<&Path>) -> Run {
     let scratch = tempfile::tempdir().unwrap();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_wasmprov"));
-    command
-        .args(["plugin", "test"])
-        .arg(wasm)
-        .env(
-            "WASMPROV_CACHE_DIR",
-            workspace_root().join("target/test-compile-cache"),
-        )
-        .env("WASMPROV_LOG", "warn");
+    let mut command = wasmprov_command();
+    command.args(["plugin", "test"]).arg(wasm);
     if let Some(dir) = dir {
         let base = format!("{}/", scratch.path().display());
         for (file, flag) in [("sc.yaml", "--class"), ("policy.yaml", "--policy")] {
@@ -343,18 +336,13 @@ fn misbehave_test(behavior: &str, policy: &str) -> Run {
         format!("plugins:\n  misbehave:\n    {policy}{output}{preopens}\n"),
     )
     .unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_wasmprov"))
+    let output = wasmprov_command()
         .args(["plugin", "test"])
         .arg(guest_path("misbehave"))
         .arg("--class")
         .arg(&class)
         .arg("--policy")
         .arg(&policy_file)
-        .env(
-            "WASMPROV_CACHE_DIR",
-            workspace_root().join("target/test-compile-cache"),
-        )
-        .env("WASMPROV_LOG", "warn")
         .output()
         .unwrap();
     Run {
@@ -472,13 +460,8 @@ impl Scratch {
 }
 
 fn cli(args: &[&std::ffi::OsStr]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_wasmprov"))
+    wasmprov_command()
         .args(args)
-        .env(
-            "WASMPROV_CACHE_DIR",
-            workspace_root().join("target/test-compile-cache"),
-        )
-        .env("WASMPROV_LOG", "warn")
         .output()
         .expect("run wasmprov")
 }

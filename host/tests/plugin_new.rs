@@ -10,14 +10,9 @@ use std::process::{Command, Output};
 use support::*;
 
 fn wasmprov(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_wasmprov"))
+    wasmprov_command()
         .args(args)
         .current_dir(dir)
-        .env(
-            "WASMPROV_CACHE_DIR",
-            workspace_root().join("target/test-compile-cache"),
-        )
-        .env("WASMPROV_LOG", "warn")
         .output()
         .expect("run wasmprov")
 }

@@ -27,6 +27,19 @@ pub fn workspace_root() -> PathBuf {
         .to_owned()
 }
 
+/// The `wasmprov` command as the tests run it: the compile cache they share
+/// (a plugin is compiled once, not once per test), and only warnings logged.
+pub fn wasmprov_command() -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_wasmprov"));
+    command
+        .env(
+            "WASMPROV_CACHE_DIR",
+            workspace_root().join("target/test-compile-cache"),
+        )
+        .env("WASMPROV_LOG", "warn");
+    command
+}
+
 /// Builds every plugin and test guest from source (once per test process)
 /// with the same command a developer uses.
 fn build_components() {
