@@ -59,15 +59,18 @@ pub struct Reporter {
     pub instance: Option<String>,
 }
 
+/// The object an event is about: uid, namespace, name, kind.
+type Regarding = (
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+);
+
 /// What makes two events the same series.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Key {
-    regarding: (
-        Option<String>,
-        Option<String>,
-        Option<String>,
-        Option<String>,
-    ),
+    regarding: Regarding,
     type_: &'static str,
     reason: String,
     action: String,
@@ -82,15 +85,7 @@ impl Key {
 }
 
 /// An object and an action: the work a [`Events::starting`] event begins.
-type Work = (
-    (
-        Option<String>,
-        Option<String>,
-        Option<String>,
-        Option<String>,
-    ),
-    String,
-);
+type Work = (Regarding, String);
 
 /// An event published and not sent yet.
 struct Outgoing {
