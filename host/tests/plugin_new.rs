@@ -66,6 +66,17 @@ fn a_new_rust_plugin_builds_with_one_command_and_passes_plugin_test() {
         .unwrap();
     assert!(build.status.success(), "{}", report("./build.sh", &build));
     assert!(project.join("demo-volumes.wasm").is_file());
+    // What the author starts from is already formatted as rustfmt wants.
+    let fmt = Command::new("cargo")
+        .args(["fmt", "--check"])
+        .current_dir(&project)
+        .output()
+        .unwrap();
+    assert!(
+        fmt.status.success(),
+        "{}",
+        report("cargo fmt --check", &fmt)
+    );
 
     // The README's test commands, as they are.
     let volumes = Path::new("/tmp/demo-volumes-volumes");

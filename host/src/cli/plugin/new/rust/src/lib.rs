@@ -42,7 +42,11 @@ impl Plugin for {{type_name}} {
             None,
             "the directory on the node that holds the volumes, e.g. /var/lib/{{name}}",
         )?;
-        let root = params.abs_path(ROOT, Some(DEFAULT_ROOT), "where the policy preopens hostRoot")?;
+        let root = params.abs_path(
+            ROOT,
+            Some(DEFAULT_ROOT),
+            "where the policy preopens hostRoot",
+        )?;
         // A size above 0, a filesystem volume, a safe pv-name.
         let size = claim::check_filesystem_claim(PLUGIN, &request)?;
         let dir = path::join(&root, &request.pv_name).map_err(ProvisionError::InvalidArgument)?;
@@ -58,13 +62,20 @@ impl Plugin for {{type_name}} {
                 )))
             }
         }
-        Ok(volume(size, source::host_path(&host_dir, Some("Directory"))))
+        Ok(volume(
+            size,
+            source::host_path(&host_dir, Some("Directory")),
+        ))
     }
 
     fn delete(request: DeleteRequest) -> Result<(), DeleteError> {
         let params = Params::new(PLUGIN, &request.parameters);
         let root = params
-            .abs_path(ROOT, Some(DEFAULT_ROOT), "where the policy preopens hostRoot")
+            .abs_path(
+                ROOT,
+                Some(DEFAULT_ROOT),
+                "where the policy preopens hostRoot",
+            )
             .map_err(|e| DeleteError::Failed(e.to_string()))?;
         let dir = path::join(&root, &request.pv_name).map_err(DeleteError::Failed)?;
         match std::fs::remove_dir_all(&dir) {
