@@ -14,17 +14,6 @@ use support::*;
 /// How long anything the console should show may take on a loaded machine.
 const PATIENCE: Duration = Duration::from_secs(60);
 
-fn wasmprov() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_wasmprov"));
-    command
-        .env(
-            "WASMPROV_CACHE_DIR",
-            workspace_root().join("target/test-compile-cache"),
-        )
-        .env("WASMPROV_LOG", "warn");
-    command
-}
-
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -34,7 +23,7 @@ fn text(bytes: &[u8]) -> String {
 fn dev_binds_the_sample_claims_on_the_simulated_cluster() {
     plugin_path("hostpath"); // built by the test harness like everything else
     let data = tempfile::tempdir().unwrap();
-    let out = wasmprov()
+    let out = wasmprov_command()
         .args(["dev", "--exit-when-bound", "--data-dir"])
         .arg(data.path())
         .output()
@@ -66,7 +55,7 @@ struct Dev {
 
 impl Dev {
     fn start(data_dir: &Path) -> Self {
-        let mut child = wasmprov()
+        let mut child = wasmprov_command()
             .args(["dev", "--data-dir"])
             .arg(data_dir)
             .stdout(Stdio::piped())
