@@ -119,7 +119,7 @@ fn a_new_rust_plugin_builds_with_one_command_and_passes_plugin_test() {
 }
 
 #[test]
-fn plugin_new_refuses_a_bad_name_a_used_directory_and_an_unknown_language() {
+fn plugin_new_refuses_what_it_cannot_make_and_says_what_the_project_needs() {
     let home = tempfile::tempdir().unwrap();
     let out = wasmprov(
         home.path(),
@@ -143,6 +143,16 @@ fn plugin_new_refuses_a_bad_name_a_used_directory_and_an_unknown_language() {
         "mine",
         "nothing of the author's is touched"
     );
+
+    // Without --sdk-path: the published SDK, and a word on its not being
+    // published yet rather than a first build that fails on it.
+    let out = wasmprov(home.path(), &["plugin", "new", "plain", "--lang", "rust"]);
+    assert!(out.status.success(), "{}", report("plugin new", &out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("until that release is published"), "{err}");
+    let manifest = std::fs::read_to_string(home.path().join("plain/Cargo.toml")).unwrap();
+    let dependency = format!("wasmprov-plugin = \"{}\"", env!("CARGO_PKG_VERSION"));
+    assert!(manifest.contains(&dependency), "{manifest}");
 
     let out = wasmprov(home.path(), &["plugin", "new", "x", "--lang", "cobol"]);
     assert!(!out.status.success());

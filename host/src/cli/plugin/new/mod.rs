@@ -119,6 +119,14 @@ pub fn new(args: NewArgs) -> anyhow::Result<ExitCode> {
     );
     println!();
     println!("README.md says how to try it in a cluster and ship it.");
+    if sdk_path.is_none() {
+        // Say so now rather than let the first build fail on it.
+        eprintln!(
+            "note: the project depends on the SDK crate wasmprov-plugin {SDK_VERSION} from \
+             crates.io; until that release is published there, run `wasmprov plugin new` with \
+             --sdk-path pointing at a checkout of wasmprov"
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 
