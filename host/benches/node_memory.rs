@@ -26,6 +26,8 @@
 //! run at the same API limits (200 QPS, burst 400). The target (#28): a
 //! node host at rest within 64 MiB.
 
+#[path = "common/cluster.rs"]
+mod cluster;
 #[path = "common/process.rs"]
 mod process;
 #[path = "../tests/support/mod.rs"]
@@ -40,7 +42,7 @@ use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeCl
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
-use test_cluster::{Cluster, Options};
+use test_cluster::Options;
 
 /// How long a contender is left alone before its resident set is read.
 const SETTLE: Duration = Duration::from_secs(20);
@@ -86,16 +88,11 @@ async fn run() {
         plugin.display()
     );
     let bin = test_cluster::binaries().unwrap_or_else(|e| panic!("{e}"));
-    let cluster = tokio::task::spawn_blocking(|| {
-        Cluster::start(Options {
-            controller_manager_qps: Some(1000),
-            ..Options::default()
-        })
+    let (cluster, client) = cluster::start(Options {
+        controller_manager_qps: Some(1000),
+        ..Options::default()
     })
-    .await
-    .unwrap()
-    .unwrap_or_else(|e| panic!("{e}"));
-    let client = cluster.client().await.unwrap();
+    .await;
     let work = tempfile::tempdir().unwrap();
     let kubeconfig = work.path().join("kubeconfig");
     std::fs::write(

@@ -17,6 +17,8 @@
 //! Targets (issue #12): 100 classes ready within 1 s from the cache, with
 //! RSS ≤ 150 MiB.
 
+#[path = "common/cluster.rs"]
+mod cluster;
 #[path = "common/process.rs"]
 mod process;
 #[path = "../tests/support/mod.rs"]
@@ -32,7 +34,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::PostParams;
 use kube::{Api, Client};
 use support::variant;
-use test_cluster::{Cluster, Options};
+use test_cluster::Options;
 
 const PROVISIONER: &str = "wasmprov.io/host";
 const NODE: &str = "scale-node";
@@ -59,16 +61,11 @@ async fn run() {
             hostpath.display()
         )
     });
-    let cluster = tokio::task::spawn_blocking(|| {
-        Cluster::start(Options {
-            controller_manager_qps: Some(1000),
-            ..Options::default()
-        })
+    let (cluster, client) = cluster::start(Options {
+        controller_manager_qps: Some(1000),
+        ..Options::default()
     })
-    .await
-    .unwrap()
-    .unwrap_or_else(|e| panic!("{e}"));
-    let client = cluster.client().await.unwrap();
+    .await;
     support::create_node(&client, NODE).await;
     let work = tempfile::tempdir().unwrap();
     let root = work.path().join("volumes");

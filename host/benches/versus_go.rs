@@ -54,6 +54,8 @@ use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use test_cluster::{Cluster, Options};
 
+#[path = "common/cluster.rs"]
+mod cluster;
 #[path = "common/native.rs"]
 mod native;
 #[path = "common/process.rs"]
@@ -306,23 +308,18 @@ async fn run() {
 /// (the Go library's, 78 claims/s to Bound) and the same contender's sixth
 /// run 21% slower (62). Starting afresh costs seconds per run.
 async fn fresh_control_plane() -> (Cluster, Client) {
-    let cluster = tokio::task::spawn_blocking(|| {
-        Cluster::start(Options {
-            audit: true,
-            // Only the contenders' requests (service accounts): auditing the
-            // PV binder's and this program's too costs the API server CPU
-            // that the 2 cores share with everyone.
-            audit_groups: vec!["system:serviceaccounts".into()],
-            // The PV binder at its default 20 QPS binds about five claims a
-            // second: lifted, so the provisioners are what is measured.
-            controller_manager_qps: Some(1000),
-            ..Options::default()
-        })
+    let (cluster, client) = cluster::start(Options {
+        audit: true,
+        // Only the contenders' requests (service accounts): auditing the
+        // PV binder's and this program's too costs the API server CPU that
+        // the 2 cores share with everyone.
+        audit_groups: vec!["system:serviceaccounts".into()],
+        // The PV binder at its default 20 QPS binds about five claims a
+        // second: lifted, so the provisioners are what is measured.
+        controller_manager_qps: Some(1000),
+        ..Options::default()
     })
-    .await
-    .unwrap()
-    .unwrap_or_else(|e| panic!("{e}"));
-    let client = cluster.client().await.unwrap();
+    .await;
     create(
         &Api::<Node>::all(client.clone()),
         serde_json::json!({"metadata": {"name": NODE, "labels": {"kubernetes.io/hostname": NODE}}}),
