@@ -35,58 +35,53 @@ fn row<'a>(table: &'a str, check: &str) -> Option<(&'a str, &'a str)> {
     })
 }
 
-#[test]
-fn a_new_rust_plugin_builds_with_one_command_and_passes_plugin_test() {
-    // Outside the workspace, as an author's own directory would be.
-    let home = tempfile::tempdir().unwrap();
+/// An author's path in `lang`: `plugin new` in an empty directory outside
+/// the workspace, the one build command (with `build_env`), then the
+/// README's `plugin test`, which must pass every check a minimal backend
+/// can, and leave no volume behind. Returns the project's directory.
+fn author_path(
+    home: &Path,
+    lang: &str,
+    name: &str,
+    build_env: &[(&str, &Path)],
+) -> std::path::PathBuf {
     let root = workspace_root();
     let new = wasmprov(
-        home.path(),
+        home,
         &[
             "plugin",
             "new",
-            "demo-volumes",
+            name,
             "--lang",
-            "rust",
+            lang,
             "--sdk-path",
             root.to_str().unwrap(),
         ],
     );
     assert!(new.status.success(), "{}", report("plugin new", &new));
-    let project = home.path().join("demo-volumes");
+    let project = home.join(name);
     let said = String::from_utf8_lossy(&new.stdout);
     assert!(said.contains("./build.sh"), "{said}");
 
-    // The one build command. Its dependencies are built once per machine
-    // (a target directory under the workspace's), not once per run.
-    let build = Command::new("./build.sh")
-        .current_dir(&project)
-        .env("CARGO_TARGET_DIR", root.join("target/plugin-new"))
-        .output()
-        .unwrap();
+    let mut build = Command::new("./build.sh");
+    build.current_dir(&project);
+    for (key, value) in build_env {
+        build.env(key, value);
+    }
+    let build = build.output().unwrap();
     assert!(build.status.success(), "{}", report("./build.sh", &build));
-    assert!(project.join("demo-volumes.wasm").is_file());
-    // What the author starts from is already formatted as rustfmt wants.
-    let fmt = Command::new("cargo")
-        .args(["fmt", "--check"])
-        .current_dir(&project)
-        .output()
-        .unwrap();
-    assert!(
-        fmt.status.success(),
-        "{}",
-        report("cargo fmt --check", &fmt)
-    );
+    assert!(project.join(format!("{name}.wasm")).is_file());
 
     // The README's test commands, as they are.
-    let volumes = Path::new("/tmp/demo-volumes-volumes");
-    std::fs::create_dir_all(volumes).unwrap();
+    let volumes = Path::new("/tmp").join(format!("{name}-volumes"));
+    std::fs::create_dir_all(&volumes).unwrap();
+    let wasm = format!("{name}.wasm");
     let test = wasmprov(
         &project,
         &[
             "plugin",
             "test",
-            "demo-volumes.wasm",
+            &wasm,
             "--class",
             "class.yaml",
             "--policy",
@@ -115,7 +110,43 @@ fn a_new_rust_plugin_builds_with_one_command_and_passes_plugin_test() {
         );
     }
     // It deleted what it made.
-    assert_eq!(std::fs::read_dir(volumes).unwrap().count(), 0, "{table}");
+    assert_eq!(std::fs::read_dir(&volumes).unwrap().count(), 0, "{table}");
+    project
+}
+
+#[test]
+fn a_new_rust_plugin_builds_with_one_command_and_passes_plugin_test() {
+    let home = tempfile::tempdir().unwrap();
+    // Its dependencies are built once per machine (a target directory under
+    // the workspace's), not once per run.
+    let target = workspace_root().join("target/plugin-new");
+    let project = author_path(
+        home.path(),
+        "rust",
+        "demo-volumes",
+        &[("CARGO_TARGET_DIR", &target)],
+    );
+    // What the author starts from is already formatted as rustfmt wants.
+    let fmt = Command::new("cargo")
+        .args(["fmt", "--check"])
+        .current_dir(&project)
+        .output()
+        .unwrap();
+    assert!(
+        fmt.status.success(),
+        "{}",
+        report("cargo fmt --check", &fmt)
+    );
+}
+
+#[test]
+fn a_new_python_plugin_builds_with_one_command_and_passes_plugin_test() {
+    let home = tempfile::tempdir().unwrap();
+    let project = author_path(home.path(), "python", "demo-py-volumes", &[]);
+    // The SDK came from the checkout, installed as a package, WIT and all.
+    let sdk = project.join(".venv/requirements.installed");
+    let installed = std::fs::read_to_string(sdk).unwrap();
+    assert!(installed.contains("plugins/sdk-python"), "{installed}");
 }
 
 #[test]
@@ -157,7 +188,7 @@ fn plugin_new_refuses_what_it_cannot_make_and_says_what_the_project_needs() {
     let out = wasmprov(home.path(), &["plugin", "new", "x", "--lang", "cobol"]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("possible values: rust"), "{err}");
+    assert!(err.contains("possible values: rust, python"), "{err}");
 
     let out = wasmprov(
         home.path(),
@@ -175,4 +206,21 @@ fn plugin_new_refuses_what_it_cannot_make_and_says_what_the_project_needs() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--sdk-path /nowhere"), "{err}");
     assert!(!home.path().join("x").exists(), "nothing made on an error");
+}
+
+#[test]
+fn the_python_sdk_helpers_pass_their_unit_tests() {
+    let out = Command::new("python3")
+        .args([
+            "-m",
+            "unittest",
+            "discover",
+            "-s",
+            "plugins/sdk-python/tests",
+        ])
+        .current_dir(workspace_root())
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+        .expect("python3");
+    assert!(out.status.success(), "{}", report("unittest", &out));
 }

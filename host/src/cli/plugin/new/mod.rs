@@ -9,7 +9,11 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{Args, ValueEnum};
+use clap::Args;
+
+mod languages;
+
+pub use languages::Language;
 
 #[derive(Debug, Args)]
 pub struct NewArgs {
@@ -25,21 +29,16 @@ pub struct NewArgs {
     pub dir: Option<PathBuf>,
     /// A checkout of wasmprov whose SDK the project depends on by path,
     /// instead of the published package (to build against unreleased
-    /// changes, or where the package registry is out of reach).
+    /// changes, or where the package is not published yet).
     #[arg(long, value_name = "DIR")]
     pub sdk_path: Option<PathBuf>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Language {
-    Rust,
 }
 
 /// The version of the SDKs a new project depends on: this host's.
 const SDK_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// A file of a new project: where it goes, its template, whether it runs.
-struct File {
+pub(super) struct File {
     path: &'static str,
     template: &'static str,
     executable: bool,
@@ -68,24 +67,6 @@ const COMMON: [File; 4] = [
     },
 ];
 
-const RUST: [File; 3] = [
-    File {
-        path: "Cargo.toml",
-        template: include_str!("rust/Cargo.toml"),
-        executable: false,
-    },
-    File {
-        path: "src/lib.rs",
-        template: include_str!("rust/src/lib.rs"),
-        executable: false,
-    },
-    File {
-        path: "build.sh",
-        template: include_str!("rust/build.sh"),
-        executable: true,
-    },
-];
-
 pub fn new(args: NewArgs) -> anyhow::Result<ExitCode> {
     check_name(&args.name)?;
     let dir = args
@@ -93,21 +74,19 @@ pub fn new(args: NewArgs) -> anyhow::Result<ExitCode> {
         .clone()
         .unwrap_or_else(|| PathBuf::from(&args.name));
     ensure_empty(&dir)?;
-    let sdk_path = match &args.sdk_path {
-        Some(path) => Some(sdk_checkout(path)?),
+    let sdk = match &args.sdk_path {
+        Some(path) => Some(sdk_in_checkout(path, args.lang)?),
         None => None,
     };
-    let values = values(&args, sdk_path.as_deref());
-    let files = match args.lang {
-        Language::Rust => &RUST,
-    };
-    for file in COMMON.iter().chain(files.iter()) {
+    let values = values(&args, sdk.as_deref());
+    for file in COMMON.iter().chain(args.lang.files()) {
         write(&dir, file, &values)?;
     }
     let shown = dir.display();
     println!(
         "created the {} plugin {} in {shown}",
-        values.language, args.name
+        args.lang.title(),
+        args.name
     );
     println!();
     println!("  cd {shown}");
@@ -119,12 +98,12 @@ pub fn new(args: NewArgs) -> anyhow::Result<ExitCode> {
     );
     println!();
     println!("README.md says how to try it in a cluster and ship it.");
-    if sdk_path.is_none() {
+    if sdk.is_none() {
         // Say so now rather than let the first build fail on it.
         eprintln!(
-            "note: the project depends on the SDK crate wasmprov-plugin {SDK_VERSION} from \
-             crates.io; until that release is published there, run `wasmprov plugin new` with \
-             --sdk-path pointing at a checkout of wasmprov"
+            "note: the project depends on {}; until that release is published, run `wasmprov \
+             plugin new` with --sdk-path pointing at a checkout of wasmprov",
+            args.lang.published_sdk()
         );
     }
     Ok(ExitCode::SUCCESS)
@@ -132,53 +111,16 @@ pub fn new(args: NewArgs) -> anyhow::Result<ExitCode> {
 
 /// What the templates' `{{…}}` placeholders become.
 struct Values {
-    language: &'static str,
     pairs: Vec<(&'static str, String)>,
 }
 
-fn values(args: &NewArgs, sdk_path: Option<&Path>) -> Values {
-    let name = &args.name;
-    let mut pairs = vec![("name", name.clone())];
-    let language = match args.lang {
-        Language::Rust => {
-            let sdk = match sdk_path {
-                Some(checkout) => format!(
-                    "wasmprov-plugin = {{ path = {:?} }}",
-                    checkout.join("plugins/sdk").display().to_string()
-                ),
-                None => format!("wasmprov-plugin = \"{SDK_VERSION}\""),
-            };
-            pairs.extend([
-                ("rust_sdk", sdk),
-                ("crate_file", name.replace('-', "_")),
-                ("type_name", type_name(name)),
-                ("source_file", "`src/lib.rs`".to_owned()),
-                ("ignore", "/target/".to_owned()),
-                (
-                    "prerequisites",
-                    "Rust with the `wasm32-wasip2` target (`rustup target add wasm32-wasip2`)."
-                        .to_owned(),
-                ),
-            ]);
-            "Rust"
-        }
-    };
-    pairs.push(("language", language.to_owned()));
-    Values { language, pairs }
-}
-
-/// `my-plugin` → `MyPlugin`.
-fn type_name(name: &str) -> String {
-    name.split('-')
-        .filter(|part| !part.is_empty())
-        .map(|part| {
-            let mut chars = part.chars();
-            chars
-                .next()
-                .map(|first| first.to_ascii_uppercase().to_string() + chars.as_str())
-                .unwrap_or_default()
-        })
-        .collect()
+fn values(args: &NewArgs, sdk: Option<&Path>) -> Values {
+    let mut pairs = vec![
+        ("name", args.name.clone()),
+        ("language", args.lang.title().to_owned()),
+    ];
+    pairs.extend(args.lang.values(&args.name, sdk));
+    Values { pairs }
 }
 
 fn render(template: &str, values: &Values) -> String {
@@ -240,19 +182,20 @@ fn ensure_empty(dir: &Path) -> anyhow::Result<()> {
     }
 }
 
-/// `path`, absolute, if it is a checkout of wasmprov (it has the SDK).
-fn sdk_checkout(path: &Path) -> anyhow::Result<PathBuf> {
+/// The directory of `lang`'s SDK in the checkout `path`, absolute.
+fn sdk_in_checkout(path: &Path, lang: Language) -> anyhow::Result<PathBuf> {
     let checkout = std::fs::canonicalize(path)
         .with_context(|| format!("--sdk-path {}: no such directory", path.display()))?;
-    let sdk = checkout.join("plugins/sdk/Cargo.toml");
-    if !sdk.is_file() {
+    let (sdk, marker) = lang.sdk_in_checkout();
+    let sdk = checkout.join(sdk);
+    if !sdk.join(marker).is_file() {
         anyhow::bail!(
             "--sdk-path {}: not a checkout of wasmprov ({} is missing)",
             path.display(),
-            sdk.display()
+            sdk.join(marker).display()
         );
     }
-    Ok(checkout)
+    Ok(sdk)
 }
 
 #[cfg(test)]
@@ -268,21 +211,24 @@ mod tests {
             let e = check_name(bad).unwrap_err().to_string();
             assert!(e.contains("cannot be a plugin name"), "{bad}: {e}");
         }
-        assert_eq!(type_name("my-volumes"), "MyVolumes");
     }
 
     #[test]
-    fn every_placeholder_of_a_language_is_filled() {
-        let args = NewArgs {
-            name: "my-volumes".into(),
-            lang: Language::Rust,
-            dir: None,
-            sdk_path: None,
-        };
-        let values = values(&args, None);
-        for file in COMMON.iter().chain(RUST.iter()) {
-            let text = render(file.template, &values);
-            assert!(!text.contains("{{"), "{}: {text}", file.path);
+    fn every_placeholder_of_every_language_is_filled() {
+        for &lang in Language::all() {
+            for sdk in [None, Some(Path::new("/src/wasmprov/plugins/sdk"))] {
+                let args = NewArgs {
+                    name: "my-volumes".into(),
+                    lang,
+                    dir: None,
+                    sdk_path: None,
+                };
+                let values = values(&args, sdk);
+                for file in COMMON.iter().chain(lang.files()) {
+                    let text = render(file.template, &values);
+                    assert!(!text.contains("{{"), "{lang:?} {}: {text}", file.path);
+                }
+            }
         }
     }
 }
