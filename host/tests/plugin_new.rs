@@ -111,6 +111,45 @@ fn author_path(
     }
     // It deleted what it made.
     assert_eq!(std::fs::read_dir(&volumes).unwrap().count(), 0, "{table}");
+
+    // A claim of the author's own (README: `plugin invoke`): the volume's
+    // directory, with the README.txt that names its claim.
+    std::fs::write(
+        project.join("pvc.yaml"),
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: data, namespace: apps}\n\
+         spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}\n",
+    )
+    .unwrap();
+    let invoke = wasmprov(
+        &project,
+        &[
+            "plugin",
+            "invoke",
+            &wasm,
+            "--class",
+            "class.yaml",
+            "--pvc",
+            "pvc.yaml",
+            "--policy",
+            "policy.yaml",
+        ],
+    );
+    assert!(
+        invoke.status.success(),
+        "{}",
+        report("plugin invoke", &invoke)
+    );
+    let made: Vec<_> = std::fs::read_dir(&volumes)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .collect();
+    assert_eq!(made.len(), 1, "{made:?}");
+    let readme = std::fs::read_to_string(made[0].join("README.txt")).unwrap();
+    assert!(
+        readme.contains("of the claim apps/data, made by the"),
+        "{readme}"
+    );
+    std::fs::remove_dir_all(&made[0]).unwrap();
     project
 }
 
@@ -147,6 +186,15 @@ fn a_new_python_plugin_builds_with_one_command_and_passes_plugin_test() {
     let sdk = project.join(".venv/requirements.installed");
     let installed = std::fs::read_to_string(sdk).unwrap();
     assert!(installed.contains("plugins/sdk-python"), "{installed}");
+}
+
+#[test]
+fn a_new_javascript_plugin_builds_with_one_command_and_passes_plugin_test() {
+    let home = tempfile::tempdir().unwrap();
+    let project = author_path(home.path(), "js", "demo-js-volumes", &[]);
+    // The SDK came from the checkout, as an npm dependency.
+    let sdk = project.join("node_modules/wasmprov-plugin/package.json");
+    assert!(sdk.is_file(), "{}", sdk.display());
 }
 
 #[test]
@@ -188,7 +236,7 @@ fn plugin_new_refuses_what_it_cannot_make_and_says_what_the_project_needs() {
     let out = wasmprov(home.path(), &["plugin", "new", "x", "--lang", "cobol"]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("possible values: rust, python"), "{err}");
+    assert!(err.contains("possible values: rust, python, js"), "{err}");
 
     let out = wasmprov(
         home.path(),
@@ -206,6 +254,16 @@ fn plugin_new_refuses_what_it_cannot_make_and_says_what_the_project_needs() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--sdk-path /nowhere"), "{err}");
     assert!(!home.path().join("x").exists(), "nothing made on an error");
+}
+
+#[test]
+fn the_javascript_sdk_helpers_pass_their_unit_tests() {
+    let out = Command::new("node")
+        .args(["--test", "plugins/sdk-js/test/"])
+        .current_dir(workspace_root())
+        .output()
+        .expect("node");
+    assert!(out.status.success(), "{}", report("node --test", &out));
 }
 
 #[test]

@@ -13,11 +13,19 @@ use super::{File, SDK_VERSION};
 pub enum Language {
     Rust,
     Python,
+    /// JavaScript.
+    Js,
 }
 
 /// The componentize-py release Python projects build with: the one
 /// plugins/build.sh uses (a test checks that they agree).
 pub(super) const COMPONENTIZE_PY_VERSION: &str = "0.25.1";
+
+/// The componentize-js release JavaScript projects build with: the one
+/// plugins/build.sh uses (a test checks that they agree).
+pub(super) const COMPONENTIZE_JS_VERSION: &str = "0.23.0";
+/// The esbuild release that bundles a JavaScript project with its SDK.
+const ESBUILD_VERSION: &str = "0.28.2";
 
 const RUST: [File; 3] = [
     File {
@@ -55,6 +63,24 @@ const PYTHON: [File; 3] = [
     },
 ];
 
+const JS: [File; 3] = [
+    File {
+        path: "app.js",
+        template: include_str!("js/app.js"),
+        executable: false,
+    },
+    File {
+        path: "package.json",
+        template: include_str!("js/package.json"),
+        executable: false,
+    },
+    File {
+        path: "build.sh",
+        template: include_str!("js/build.sh"),
+        executable: true,
+    },
+];
+
 impl Language {
     pub fn all() -> &'static [Language] {
         Language::value_variants()
@@ -65,6 +91,7 @@ impl Language {
         match self {
             Language::Rust => "Rust",
             Language::Python => "Python",
+            Language::Js => "JavaScript",
         }
     }
 
@@ -73,6 +100,7 @@ impl Language {
         match self {
             Language::Rust => &RUST,
             Language::Python => &PYTHON,
+            Language::Js => &JS,
         }
     }
 
@@ -82,6 +110,7 @@ impl Language {
         match self {
             Language::Rust => ("plugins/sdk", "Cargo.toml"),
             Language::Python => ("plugins/sdk-python", "pyproject.toml"),
+            Language::Js => ("plugins/sdk-js", "package.json"),
         }
     }
 
@@ -90,6 +119,7 @@ impl Language {
         match self {
             Language::Rust => format!("the crate wasmprov-plugin {SDK_VERSION} from crates.io"),
             Language::Python => format!("the package wasmprov-plugin {SDK_VERSION} from PyPI"),
+            Language::Js => format!("the package wasmprov-plugin {SDK_VERSION} from npm"),
         }
     }
 
@@ -140,6 +170,29 @@ impl Language {
                         .to_owned(),
                 ),
             ],
+            Language::Js => vec![
+                (
+                    "js_sdk",
+                    match sdk {
+                        Some(dir) => format!("file:{}", dir.display()),
+                        None => SDK_VERSION.to_owned(),
+                    },
+                ),
+                (
+                    "componentize_js_version",
+                    COMPONENTIZE_JS_VERSION.to_owned(),
+                ),
+                ("esbuild_version", ESBUILD_VERSION.to_owned()),
+                ("source_file", "`app.js`".to_owned()),
+                ("ignore", "/node_modules/\n/build/".to_owned()),
+                (
+                    "prerequisites",
+                    "Node.js 18 or later with npm. The first build installs the wasmprov SDK, \
+                     esbuild and componentize-js (`package.json`) into `node_modules`; later \
+                     builds reuse them."
+                        .to_owned(),
+                ),
+            ],
         }
     }
 }
@@ -169,13 +222,33 @@ mod tests {
     }
 
     #[test]
-    fn python_projects_build_with_the_repositorys_componentize_py() {
+    fn projects_build_with_the_repositorys_toolchains() {
         let build = include_str!("../../../../../plugins/build.sh");
+        for (tool, version) in [
+            ("COMPONENTIZE_PY_VERSION", COMPONENTIZE_PY_VERSION),
+            ("COMPONENTIZE_JS_VERSION", COMPONENTIZE_JS_VERSION),
+        ] {
+            assert!(
+                build.contains(&format!("{tool}={version}\n")),
+                "plugins/build.sh and `plugin new` must use the same {tool}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_python_and_javascript_sdks_carry_the_current_contract() {
+        // Copies, not links: npm leaves links out of the package it
+        // publishes, and a Python sdist may keep them as links.
+        let contract = include_str!("../../../../../wit/provisioner.wit");
         assert!(
-            build.contains(&format!(
-                "COMPONENTIZE_PY_VERSION={COMPONENTIZE_PY_VERSION}\n"
-            )),
-            "plugins/build.sh and `plugin new --lang python` must use the same componentize-py"
+            include_str!("../../../../../plugins/sdk-js/wit/deps/provisioner/provisioner.wit")
+                == contract,
+            "copy wit/provisioner.wit to plugins/sdk-js/wit/deps/provisioner/"
+        );
+        assert!(
+            include_str!("../../../../../plugins/sdk-python/wasmprov_plugin/wit/provisioner.wit")
+                == contract,
+            "copy wit/provisioner.wit to plugins/sdk-python/wasmprov_plugin/wit/"
         );
     }
 }

@@ -25,6 +25,11 @@ ROOT = "root"
 DEFAULT_ROOT = "/volumes"
 
 
+def readme(request):
+    return "Volume %s of the claim %s/%s, made by the %s plugin of wasmprov.\n" % (
+        request.pv_name, request.claim.namespace, request.claim.name, PLUGIN)
+
+
 class Plugin(sdk.Plugin):
     def provision(self, request):
         params = sdk.Params(PLUGIN, request.storage_class.parameters)
@@ -47,6 +52,12 @@ class Plugin(sdk.Plugin):
         except OSError as e:
             raise sdk.Failed("create %s: %s; the policy must preopen %s read-write at %s"
                              % (directory, e.strerror, host_root, root))
+        # Who the volume belongs to, for whoever finds it on the node.
+        try:
+            with open(path.join(directory, "README.txt"), "w", encoding="utf-8") as f:
+                f.write(readme(request))
+        except OSError as e:
+            raise sdk.Failed("write %s/README.txt: %s" % (directory, e.strerror))
         return sdk.volume(size, source.host_path(host_directory, "Directory"))
 
     def delete(self, request):

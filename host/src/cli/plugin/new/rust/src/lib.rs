@@ -62,6 +62,13 @@ impl Plugin for {{type_name}} {
                 )))
             }
         }
+        // Who the volume belongs to, for whoever finds it on the node.
+        let readme = format!(
+            "Volume {} of the claim {}/{}, made by the {PLUGIN} plugin of wasmprov.\n",
+            request.pv_name, request.claim.namespace, request.claim.name
+        );
+        std::fs::write(format!("{dir}/README.txt"), readme)
+            .map_err(|e| ProvisionError::Failed(format!("write {dir}/README.txt: {e}")))?;
         Ok(volume(
             size,
             source::host_path(&host_dir, Some("Directory")),
