@@ -198,6 +198,61 @@ fn a_new_javascript_plugin_builds_with_one_command_and_passes_plugin_test() {
 }
 
 #[test]
+fn a_new_c_plugin_builds_with_one_command_and_passes_plugin_test() {
+    let home = tempfile::tempdir().unwrap();
+    // build.sh makes the component with `wasmprov plugin componentize`.
+    let wasmprov = Path::new(env!("CARGO_BIN_EXE_wasmprov"));
+    let project = author_path(
+        home.path(),
+        "c",
+        "demo-c-volumes",
+        &[("WASMPROV", wasmprov)],
+    );
+    // The project carries its own copy of the SDK, the checkout's.
+    let header = std::fs::read_to_string(project.join("wasmprov-sdk/wasmprov_plugin.h")).unwrap();
+    let checkout = workspace_root().join("plugins/sdk-c/wasmprov_plugin.h");
+    assert_eq!(header, std::fs::read_to_string(checkout).unwrap());
+}
+
+#[test]
+fn the_c_sdk_bindings_are_generated_from_its_wit() {
+    // wit-bindgen-cli as plugins/build.sh installs it for the C plugins.
+    let root = workspace_root();
+    let wit_bindgen = root.join("target/plugin-toolchains/cargo/bin/wit-bindgen");
+    assert!(
+        wit_bindgen.is_file(),
+        "{} is missing: run `bash plugins/build.sh` (it installs wit-bindgen-cli)",
+        wit_bindgen.display()
+    );
+    let out = tempfile::tempdir().unwrap();
+    let generated = Command::new(&wit_bindgen)
+        .args([
+            "c",
+            "plugins/sdk-c/wit",
+            "--world",
+            "provisioner",
+            "--no-object-file",
+        ])
+        .arg("--out-dir")
+        .arg(out.path())
+        .current_dir(&root)
+        .output()
+        .unwrap();
+    assert!(
+        generated.status.success(),
+        "{}",
+        report("wit-bindgen c", &generated)
+    );
+    for file in ["provisioner.h", "provisioner.c"] {
+        assert!(
+            std::fs::read(out.path().join(file)).unwrap()
+                == std::fs::read(root.join("plugins/sdk-c/bindings").join(file)).unwrap(),
+            "plugins/sdk-c/bindings/{file} is stale: regenerate it (plugins/sdk-c/README.md)"
+        );
+    }
+}
+
+#[test]
 fn plugin_new_refuses_what_it_cannot_make_and_says_what_the_project_needs() {
     let home = tempfile::tempdir().unwrap();
     let out = wasmprov(
@@ -236,7 +291,10 @@ fn plugin_new_refuses_what_it_cannot_make_and_says_what_the_project_needs() {
     let out = wasmprov(home.path(), &["plugin", "new", "x", "--lang", "cobol"]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("possible values: rust, python, js"), "{err}");
+    assert!(
+        err.contains("possible values: rust, python, js, c"),
+        "{err}"
+    );
 
     let out = wasmprov(
         home.path(),
@@ -281,4 +339,32 @@ fn the_python_sdk_helpers_pass_their_unit_tests() {
         .output()
         .expect("python3");
     assert!(out.status.success(), "{}", report("unittest", &out));
+}
+
+#[test]
+fn plugin_componentize_says_what_is_wrong_with_its_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |file: &str, bytes: Vec<u8>, extra: &[&str]| {
+        std::fs::write(dir.path().join(file), bytes).unwrap();
+        let mut args = vec!["plugin", "componentize", file, "-o", "out.wasm"];
+        args.extend(extra);
+        let out = wasmprov(dir.path(), &args);
+        assert!(!out.status.success(), "{}", report("componentize", &out));
+        assert!(!dir.path().join("out.wasm").exists(), "nothing written");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let err = run("c.wasm", wat::parse_str("(component)").unwrap(), &[]);
+    assert!(err.contains("it is a component already"), "{err}");
+    let err = run("m.wasm", wat::parse_str("(module)").unwrap(), &[]);
+    assert!(
+        err.contains("pass --wit DIR with the world it implements"),
+        "{err}"
+    );
+    let wit = workspace_root().join("wit");
+    let err = run(
+        "m.wasm",
+        wat::parse_str("(module)").unwrap(),
+        &["--wit", wit.to_str().unwrap(), "--world", "nope"],
+    );
+    assert!(err.contains("no world \"nope\""), "{err}");
 }

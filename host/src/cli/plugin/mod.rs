@@ -15,6 +15,7 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
+mod componentize;
 mod conformance;
 mod new;
 mod pack;
@@ -45,6 +46,10 @@ pub enum PluginCommand {
     /// backend (a directory per volume) with its build script, class and
     /// policy, passing `wasmprov plugin test` from the start.
     New(new::NewArgs),
+    /// Turn a core WebAssembly module (C or Go, built for WASI preview 1)
+    /// into a plugin component: embed its WIT world, and adapt its WASI
+    /// calls to preview 2 with this host's adapter.
+    Componentize(componentize::ComponentizeArgs),
 }
 
 #[derive(Debug, Args)]
@@ -104,6 +109,7 @@ pub async fn run(cmd: PluginCommand) -> anyhow::Result<ExitCode> {
         PluginCommand::Test(args) => conformance::test(args).await,
         PluginCommand::Pack(args) => pack::pack(args).await,
         PluginCommand::New(args) => new::new(args),
+        PluginCommand::Componentize(args) => componentize::componentize(args),
     }
 }
 

@@ -15,6 +15,7 @@ pub enum Language {
     Python,
     /// JavaScript.
     Js,
+    C,
 }
 
 /// The componentize-py release Python projects build with: the one
@@ -81,6 +82,57 @@ const JS: [File; 3] = [
     },
 ];
 
+const C: [File; 2] = [
+    File {
+        path: "plugin.c",
+        template: include_str!("c/plugin.c"),
+        executable: false,
+    },
+    File {
+        path: "build.sh",
+        template: include_str!("c/build.sh"),
+        executable: true,
+    },
+];
+
+/// A file of an SDK that a project carries a copy of (C has no package
+/// manager: a project vendors its libraries): its path in the SDK and in
+/// the project's `wasmprov-sdk/`, and the copy this host was built with.
+pub(super) struct Vendored {
+    pub path: &'static str,
+    pub content: &'static str,
+}
+
+/// Where a C project keeps its copy of the SDK.
+pub(super) const VENDORED_DIR: &str = "wasmprov-sdk";
+
+const C_SDK: [Vendored; 6] = [
+    Vendored {
+        path: "README.md",
+        content: include_str!("../../../../../plugins/sdk-c/README.md"),
+    },
+    Vendored {
+        path: "wasmprov_plugin.h",
+        content: include_str!("../../../../../plugins/sdk-c/wasmprov_plugin.h"),
+    },
+    Vendored {
+        path: "wasmprov_plugin.c",
+        content: include_str!("../../../../../plugins/sdk-c/wasmprov_plugin.c"),
+    },
+    Vendored {
+        path: "bindings/provisioner.h",
+        content: include_str!("../../../../../plugins/sdk-c/bindings/provisioner.h"),
+    },
+    Vendored {
+        path: "bindings/provisioner.c",
+        content: include_str!("../../../../../plugins/sdk-c/bindings/provisioner.c"),
+    },
+    Vendored {
+        path: "wit/provisioner.wit",
+        content: include_str!("../../../../../plugins/sdk-c/wit/provisioner.wit"),
+    },
+];
+
 impl Language {
     pub fn all() -> &'static [Language] {
         Language::value_variants()
@@ -92,6 +144,7 @@ impl Language {
             Language::Rust => "Rust",
             Language::Python => "Python",
             Language::Js => "JavaScript",
+            Language::C => "C",
         }
     }
 
@@ -101,6 +154,15 @@ impl Language {
             Language::Rust => &RUST,
             Language::Python => &PYTHON,
             Language::Js => &JS,
+            Language::C => &C,
+        }
+    }
+
+    /// The SDK files a project in this language carries a copy of.
+    pub(super) fn vendored(self) -> &'static [Vendored] {
+        match self {
+            Language::C => &C_SDK,
+            Language::Rust | Language::Python | Language::Js => &[],
         }
     }
 
@@ -111,15 +173,24 @@ impl Language {
             Language::Rust => ("plugins/sdk", "Cargo.toml"),
             Language::Python => ("plugins/sdk-python", "pyproject.toml"),
             Language::Js => ("plugins/sdk-js", "package.json"),
+            Language::C => ("plugins/sdk-c", "wasmprov_plugin.h"),
         }
     }
 
-    /// How a project names its SDK dependency, in its ecosystem's words.
-    pub fn published_sdk(self) -> String {
+    /// The published SDK a project depends on, in its ecosystem's words
+    /// (`None`: the project carries its own copy).
+    pub fn published_sdk(self) -> Option<String> {
         match self {
-            Language::Rust => format!("the crate wasmprov-plugin {SDK_VERSION} from crates.io"),
-            Language::Python => format!("the package wasmprov-plugin {SDK_VERSION} from PyPI"),
-            Language::Js => format!("the package wasmprov-plugin {SDK_VERSION} from npm"),
+            Language::Rust => Some(format!(
+                "the crate wasmprov-plugin {SDK_VERSION} from crates.io"
+            )),
+            Language::Python => Some(format!(
+                "the package wasmprov-plugin {SDK_VERSION} from PyPI"
+            )),
+            Language::Js => Some(format!(
+                "the package wasmprov-plugin {SDK_VERSION} from npm"
+            )),
+            Language::C => None,
         }
     }
 
@@ -193,6 +264,18 @@ impl Language {
                         .to_owned(),
                 ),
             ],
+            Language::C => vec![
+                ("source_file", "`plugin.c`".to_owned()),
+                ("ignore", "/build/".to_owned()),
+                (
+                    "prerequisites",
+                    "clang with lld and wasi-libc (e.g. `apt-get install clang lld wasi-libc \
+                     libclang-rt-dev-wasm32`), and `wasmprov` on PATH (`wasmprov plugin \
+                     componentize` makes the component). The SDK is a copy in `wasmprov-sdk/`: \
+                     helpers (`wasmprov_plugin.h`) and the generated bindings."
+                        .to_owned(),
+                ),
+            ],
         }
     }
 }
@@ -236,9 +319,10 @@ mod tests {
     }
 
     #[test]
-    fn the_python_and_javascript_sdks_carry_the_current_contract() {
+    fn the_sdks_carry_the_current_contract() {
         // Copies, not links: npm leaves links out of the package it
-        // publishes, and a Python sdist may keep them as links.
+        // publishes, a Python sdist may keep them as links, and a C project
+        // carries its own copy.
         let contract = include_str!("../../../../../wit/provisioner.wit");
         assert!(
             include_str!("../../../../../plugins/sdk-js/wit/deps/provisioner/provisioner.wit")
@@ -249,6 +333,11 @@ mod tests {
             include_str!("../../../../../plugins/sdk-python/wasmprov_plugin/wit/provisioner.wit")
                 == contract,
             "copy wit/provisioner.wit to plugins/sdk-python/wasmprov_plugin/wit/"
+        );
+        assert!(
+            include_str!("../../../../../plugins/sdk-c/wit/provisioner.wit") == contract,
+            "copy wit/provisioner.wit to plugins/sdk-c/wit/ and regenerate plugins/sdk-c/bindings \
+             (see plugins/sdk-c/README.md)"
         );
     }
 }

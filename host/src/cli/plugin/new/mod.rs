@@ -82,6 +82,18 @@ pub fn new(args: NewArgs) -> anyhow::Result<ExitCode> {
     for file in COMMON.iter().chain(args.lang.files()) {
         write(&dir, file, &values)?;
     }
+    for file in args.lang.vendored() {
+        let content = match &sdk {
+            Some(sdk) => {
+                let path = sdk.join(file.path);
+                std::fs::read_to_string(&path)
+                    .with_context(|| format!("--sdk-path: cannot read {}", path.display()))?
+            }
+            None => file.content.to_owned(),
+        };
+        let path = dir.join(languages::VENDORED_DIR).join(file.path);
+        write_file(&path, &content, false)?;
+    }
     let shown = dir.display();
     println!(
         "created the {} plugin {} in {shown}",
@@ -98,12 +110,11 @@ pub fn new(args: NewArgs) -> anyhow::Result<ExitCode> {
     );
     println!();
     println!("README.md says how to try it in a cluster and ship it.");
-    if sdk.is_none() {
+    if let (None, Some(published)) = (&sdk, args.lang.published_sdk()) {
         // Say so now rather than let the first build fail on it.
         eprintln!(
-            "note: the project depends on {}; until that release is published, run `wasmprov \
-             plugin new` with --sdk-path pointing at a checkout of wasmprov",
-            args.lang.published_sdk()
+            "note: the project depends on {published}; until that release is published, run \
+             `wasmprov plugin new` with --sdk-path pointing at a checkout of wasmprov"
         );
     }
     Ok(ExitCode::SUCCESS)
@@ -133,16 +144,22 @@ fn render(template: &str, values: &Values) -> String {
 }
 
 fn write(dir: &Path, file: &File, values: &Values) -> anyhow::Result<()> {
-    let path = dir.join(file.path);
+    write_file(
+        &dir.join(file.path),
+        &render(file.template, values),
+        file.executable,
+    )
+}
+
+fn write_file(path: &Path, content: &str, executable: bool) -> anyhow::Result<()> {
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)
             .with_context(|| format!("cannot create {}", parent.display()))?;
     }
-    std::fs::write(&path, render(file.template, values))
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    if file.executable {
+    std::fs::write(path, content).with_context(|| format!("cannot write {}", path.display()))?;
+    if executable {
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
             .with_context(|| format!("cannot make {} executable", path.display()))?;
     }
     Ok(())
