@@ -163,11 +163,13 @@ build_rust() {
 # C, JavaScript and Python: shared helpers.
 # ---------------------------------------------------------------------------
 
-# Plugin directories holding files that match a pattern, e.g. "app.py".
+# Plugin directories holding files that match a pattern, e.g. "app.py". The
+# SDKs (plugins/sdk, plugins/sdk-<language>) are libraries, not plugins.
 plugin_dirs_with() {
     local dir
     for dir in "$ROOT"/plugins/*/; do
         dir="${dir%/}"
+        case "${dir##*/}" in sdk | sdk-*) continue ;; esac
         compgen -G "$dir/$1" >/dev/null && printf '%s\n' "$dir"
     done
     return 0

@@ -215,6 +215,105 @@ fn a_new_c_plugin_builds_with_one_command_and_passes_plugin_test() {
 }
 
 #[test]
+fn a_new_go_plugin_builds_with_one_command_and_passes_plugin_test() {
+    let home = tempfile::tempdir().unwrap();
+    let wasmprov = Path::new(env!("CARGO_BIN_EXE_wasmprov"));
+    let project = author_path(
+        home.path(),
+        "go",
+        "demo-go-volumes",
+        &[("WASMPROV", wasmprov)],
+    );
+    // What the author starts from is already formatted as gofmt wants.
+    let fmt = Command::new(go())
+        .args(["fmt", "./..."])
+        .current_dir(&project)
+        .env("GOTOOLCHAIN", "local")
+        .output()
+        .unwrap();
+    assert!(fmt.status.success(), "{}", report("go fmt", &fmt));
+    assert!(
+        fmt.stdout.is_empty(),
+        "go fmt changed {}",
+        String::from_utf8_lossy(&fmt.stdout)
+    );
+}
+
+/// `go` on PATH, else where the Go installer puts it.
+fn go() -> std::path::PathBuf {
+    let installed = Path::new("/usr/local/go/bin/go");
+    let on_path = Command::new("go").arg("version").output().is_ok();
+    if on_path || !installed.exists() {
+        "go".into()
+    } else {
+        installed.into()
+    }
+}
+
+#[test]
+fn the_go_sdk_helpers_pass_their_unit_tests() {
+    let out = Command::new(go())
+        .args(["test", "./"])
+        .current_dir(workspace_root().join("plugins/sdk-go"))
+        .env("GOTOOLCHAIN", "local")
+        .env("GOFLAGS", "-mod=mod")
+        .output()
+        .expect("go");
+    assert!(out.status.success(), "{}", report("go test", &out));
+}
+
+#[test]
+fn the_go_sdk_bindings_are_generated_from_its_wit() {
+    let root = workspace_root();
+    let out = tempfile::tempdir().unwrap();
+    let fresh = out.path().join("bindings");
+    let generated = Command::new("bash")
+        .arg(root.join("plugins/sdk-go/generate.sh"))
+        .arg(&fresh)
+        .env("PATH", path_with_go())
+        .output()
+        .unwrap();
+    assert!(
+        generated.status.success(),
+        "{}",
+        report("generate.sh", &generated)
+    );
+    let checked_in = root.join("plugins/sdk-go/bindings");
+    assert_eq!(
+        tree(&fresh),
+        tree(&checked_in),
+        "plugins/sdk-go/bindings is stale: run plugins/sdk-go/generate.sh"
+    );
+}
+
+/// PATH with Go's directory, for scripts that run gofmt.
+fn path_with_go() -> String {
+    format!(
+        "{}:/usr/local/go/bin",
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
+/// Every file under `dir`, by relative path, with its content.
+fn tree(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    fn walk(dir: &Path, base: &Path, out: &mut Vec<(String, Vec<u8>)>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, base, out);
+            } else {
+                let name = path.strip_prefix(base).unwrap().display().to_string();
+                out.push((name, std::fs::read(&path).unwrap()));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out.sort();
+    out
+}
+
+#[test]
 fn the_c_sdk_bindings_are_generated_from_its_wit() {
     // wit-bindgen-cli as plugins/build.sh installs it for the C plugins.
     let root = workspace_root();

@@ -16,6 +16,7 @@ pub enum Language {
     /// JavaScript.
     Js,
     C,
+    Go,
 }
 
 /// The componentize-py release Python projects build with: the one
@@ -95,6 +96,27 @@ const C: [File; 2] = [
     },
 ];
 
+/// The Go module of the SDK (plugins/sdk-go/go.mod; a test checks it).
+const GO_SDK_MODULE: &str = "example.invalid/wasmprov/plugins/sdk-go";
+
+const GO: [File; 3] = [
+    File {
+        path: "main.go",
+        template: include_str!("go/main.go"),
+        executable: false,
+    },
+    File {
+        path: "go.mod",
+        template: include_str!("go/go.mod"),
+        executable: false,
+    },
+    File {
+        path: "build.sh",
+        template: include_str!("go/build.sh"),
+        executable: true,
+    },
+];
+
 /// A file of an SDK that a project carries a copy of (C has no package
 /// manager: a project vendors its libraries): its path in the SDK and in
 /// the project's `wasmprov-sdk/`, and the copy this host was built with.
@@ -145,6 +167,7 @@ impl Language {
             Language::Python => "Python",
             Language::Js => "JavaScript",
             Language::C => "C",
+            Language::Go => "Go",
         }
     }
 
@@ -155,6 +178,7 @@ impl Language {
             Language::Python => &PYTHON,
             Language::Js => &JS,
             Language::C => &C,
+            Language::Go => &GO,
         }
     }
 
@@ -162,7 +186,7 @@ impl Language {
     pub(super) fn vendored(self) -> &'static [Vendored] {
         match self {
             Language::C => &C_SDK,
-            Language::Rust | Language::Python | Language::Js => &[],
+            Language::Rust | Language::Python | Language::Js | Language::Go => &[],
         }
     }
 
@@ -174,6 +198,7 @@ impl Language {
             Language::Python => ("plugins/sdk-python", "pyproject.toml"),
             Language::Js => ("plugins/sdk-js", "package.json"),
             Language::C => ("plugins/sdk-c", "wasmprov_plugin.h"),
+            Language::Go => ("plugins/sdk-go", "go.mod"),
         }
     }
 
@@ -190,6 +215,7 @@ impl Language {
             Language::Js => Some(format!(
                 "the package wasmprov-plugin {SDK_VERSION} from npm"
             )),
+            Language::Go => Some(format!("the Go module {GO_SDK_MODULE} v{SDK_VERSION}")),
             Language::C => None,
         }
     }
@@ -264,6 +290,25 @@ impl Language {
                         .to_owned(),
                 ),
             ],
+            Language::Go => vec![
+                ("go_sdk_module", GO_SDK_MODULE.to_owned()),
+                ("sdk_version", SDK_VERSION.to_owned()),
+                (
+                    "go_sdk_replace",
+                    match sdk {
+                        Some(dir) => format!("\nreplace {GO_SDK_MODULE} => {}", dir.display()),
+                        None => String::new(),
+                    },
+                ),
+                ("source_file", "`main.go`".to_owned()),
+                ("ignore", "/build/".to_owned()),
+                (
+                    "prerequisites",
+                    "Go 1.25 or later, and `wasmprov` on PATH (`wasmprov plugin componentize` \
+                     makes the component). The SDK is the Go module in `go.mod`."
+                        .to_owned(),
+                ),
+            ],
             Language::C => vec![
                 ("source_file", "`plugin.c`".to_owned()),
                 ("ignore", "/build/".to_owned()),
@@ -319,6 +364,12 @@ mod tests {
     }
 
     #[test]
+    fn go_projects_require_the_sdks_module() {
+        let go_mod = include_str!("../../../../../plugins/sdk-go/go.mod");
+        assert!(go_mod.starts_with(&format!("module {GO_SDK_MODULE}\n")));
+    }
+
+    #[test]
     fn the_sdks_carry_the_current_contract() {
         // Copies, not links: npm leaves links out of the package it
         // publishes, a Python sdist may keep them as links, and a C project
@@ -333,6 +384,10 @@ mod tests {
             include_str!("../../../../../plugins/sdk-python/wasmprov_plugin/wit/provisioner.wit")
                 == contract,
             "copy wit/provisioner.wit to plugins/sdk-python/wasmprov_plugin/wit/"
+        );
+        assert!(
+            include_str!("../../../../../plugins/sdk-go/wit/provisioner.wit") == contract,
+            "copy wit/provisioner.wit to plugins/sdk-go/wit/ and run plugins/sdk-go/generate.sh"
         );
         assert!(
             include_str!("../../../../../plugins/sdk-c/wit/provisioner.wit") == contract,

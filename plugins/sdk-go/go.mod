@@ -1,0 +1,3 @@
+module example.invalid/wasmprov/plugins/sdk-go
+
+go 1.25
