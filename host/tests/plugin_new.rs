@@ -467,3 +467,52 @@ fn plugin_componentize_says_what_is_wrong_with_its_input() {
     );
     assert!(err.contains("no world \"nope\""), "{err}");
 }
+
+/// The files a published SDK package would hold (nothing is published
+/// from here yet, and the tests above use the SDKs by path, which does not
+/// show what a package leaves out, such as a link).
+#[test]
+fn the_sdk_packages_carry_the_contract() {
+    let root = workspace_root();
+    let npm = Command::new("npm")
+        .args(["pack", "--dry-run", "--json"])
+        .current_dir(root.join("plugins/sdk-js"))
+        .output()
+        .expect("npm");
+    assert!(npm.status.success(), "{}", report("npm pack", &npm));
+    let listed = String::from_utf8_lossy(&npm.stdout);
+    for file in [
+        "index.js",
+        "lib/files.js",
+        "wit/world.wit",
+        "wit/deps/provisioner/provisioner.wit",
+        "wit/deps/filesystem/filesystem.wit",
+    ] {
+        assert!(
+            listed.contains(&format!("\"path\": \"{file}\"")),
+            "npm pack leaves out {file}:\n{listed}"
+        );
+    }
+    let cargo = Command::new("cargo")
+        .args([
+            "package",
+            "--list",
+            "--allow-dirty",
+            "--offline",
+            "-p",
+            "wasmprov-plugin",
+        ])
+        .current_dir(&root)
+        .output()
+        .expect("cargo");
+    assert!(
+        cargo.status.success(),
+        "{}",
+        report("cargo package", &cargo)
+    );
+    let listed = String::from_utf8_lossy(&cargo.stdout);
+    assert!(
+        listed.lines().any(|line| line == "wit/provisioner.wit"),
+        "the crate leaves out its WIT:\n{listed}"
+    );
+}

@@ -79,9 +79,19 @@ pub fn new(args: NewArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let values = values(&args, sdk.as_deref());
-    for file in COMMON.iter().chain(args.lang.files()) {
-        write(&dir, file, &values)?;
-    }
+    // Everything is read and rendered before anything is written: a bad
+    // --sdk-path leaves no half project behind.
+    let mut files: Vec<(PathBuf, String, bool)> = COMMON
+        .iter()
+        .chain(args.lang.files())
+        .map(|file| {
+            (
+                dir.join(file.path),
+                render(file.template, &values),
+                file.executable,
+            )
+        })
+        .collect();
     for file in args.lang.vendored() {
         let content = match &sdk {
             Some(sdk) => {
@@ -92,7 +102,10 @@ pub fn new(args: NewArgs) -> anyhow::Result<ExitCode> {
             None => file.content.to_owned(),
         };
         let path = dir.join(languages::VENDORED_DIR).join(file.path);
-        write_file(&path, &content, false)?;
+        files.push((path, content, false));
+    }
+    for (path, content, executable) in files {
+        write_file(&path, &content, executable)?;
     }
     let shown = dir.display();
     println!(
@@ -141,14 +154,6 @@ fn render(template: &str, values: &Values) -> String {
         .fold(template.to_owned(), |text, (key, value)| {
             text.replace(&format!("{{{{{key}}}}}"), value)
         })
-}
-
-fn write(dir: &Path, file: &File, values: &Values) -> anyhow::Result<()> {
-    write_file(
-        &dir.join(file.path),
-        &render(file.template, values),
-        file.executable,
-    )
 }
 
 fn write_file(path: &Path, content: &str, executable: bool) -> anyhow::Result<()> {
