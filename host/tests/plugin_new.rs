@@ -217,12 +217,12 @@ fn a_new_c_plugin_builds_with_one_command_and_passes_plugin_test() {
 #[test]
 fn a_new_go_plugin_builds_with_one_command_and_passes_plugin_test() {
     let home = tempfile::tempdir().unwrap();
-    let wasmprov = Path::new(env!("CARGO_BIN_EXE_wasmprov"));
+    let binary = Path::new(env!("CARGO_BIN_EXE_wasmprov"));
     let project = author_path(
         home.path(),
         "go",
         "demo-go-volumes",
-        &[("WASMPROV", wasmprov)],
+        &[("WASMPROV", binary)],
     );
     // What the author starts from is already formatted as gofmt wants.
     let fmt = Command::new(go())
@@ -236,6 +236,41 @@ fn a_new_go_plugin_builds_with_one_command_and_passes_plugin_test() {
         fmt.stdout.is_empty(),
         "go fmt changed {}",
         String::from_utf8_lossy(&fmt.stdout)
+    );
+
+    // An author who drops the registration is told what to do, once.
+    let main = std::fs::read_to_string(project.join("main.go")).unwrap();
+    let unregistered = main.replace("plugin.Register(volumes{})", "");
+    assert_ne!(main, unregistered);
+    std::fs::write(project.join("main.go"), unregistered).unwrap();
+    let build = Command::new("./build.sh")
+        .current_dir(&project)
+        .env("WASMPROV", binary)
+        .output()
+        .unwrap();
+    assert!(build.status.success(), "{}", report("./build.sh", &build));
+    let test = wasmprov(
+        &project,
+        &[
+            "plugin",
+            "test",
+            "demo-go-volumes.wasm",
+            "--class",
+            "class.yaml",
+            "--policy",
+            "policy.yaml",
+        ],
+    );
+    assert!(!test.status.success());
+    let table = String::from_utf8_lossy(&test.stdout);
+    let (verdict, details) = row(&table, "load").expect("a load row");
+    assert_eq!(verdict, "FAIL", "{table}");
+    assert_eq!(
+        details
+            .matches("call plugin.Register in an init function of package main")
+            .count(),
+        1,
+        "{details}"
     );
 }
 

@@ -130,11 +130,12 @@ pub enum LoadError {
         preopen: PathBuf,
         cache: PathBuf,
     },
-    #[error("plugin {plugin}: failed its first call (capabilities): {source}")]
+    // The call's error is part of this message, not its source: shown
+    // with its chain (`{:#}`), it would be said twice.
+    #[error("plugin {plugin}: failed its first call (capabilities): {error}")]
     Probe {
         plugin: String,
-        #[source]
-        source: Box<CallError>,
+        error: Box<CallError>,
     },
 }
 
@@ -479,9 +480,9 @@ impl Runtime {
             self.in_flight.clone(),
         )
         .await
-        .map_err(|source| LoadError::Probe {
+        .map_err(|error| LoadError::Probe {
             plugin: plugin.to_owned(),
-            source: Box::new(source),
+            error: Box::new(error),
         })
     }
 
