@@ -56,10 +56,11 @@ pub fn valid_name(name: &str) -> bool {
 /// A compressed file that does not decompress to a component.
 #[derive(Debug, thiserror::Error)]
 pub enum DecodeError {
-    #[error("not valid {what} data: {source}; recreate it with `wasmprov plugin pack`")]
+    #[error("not valid {what} data: {error}; recreate it with `wasmprov plugin pack`")]
     Corrupt {
         what: &'static str,
-        source: std::io::Error,
+        // Part of the message, not a `source` (it would be said twice).
+        error: std::io::Error,
     },
     #[error("decompresses to more than {} MiB, the most a plugin may be", MAX_COMPONENT_SIZE >> 20)]
     TooLarge,
@@ -84,7 +85,7 @@ pub fn decode(encoding: Encoding, bytes: Vec<u8>) -> Result<Vec<u8>, DecodeError
         Encoding::Gzip => "gzip",
         _ => "zstd",
     };
-    let corrupt = |source| DecodeError::Corrupt { what, source };
+    let corrupt = |error| DecodeError::Corrupt { what, error };
     let size = std::io::copy(
         &mut decoder(encoding, &bytes)?.take(MAX_COMPONENT_SIZE + 1),
         &mut std::io::sink(),
@@ -102,9 +103,9 @@ pub fn decode(encoding: Encoding, bytes: Vec<u8>) -> Result<Vec<u8>, DecodeError
 }
 
 fn decoder(encoding: Encoding, bytes: &[u8]) -> Result<Box<dyn Read + '_>, DecodeError> {
-    let corrupt = |source| DecodeError::Corrupt {
+    let corrupt = |error| DecodeError::Corrupt {
         what: "zstd",
-        source,
+        error,
     };
     Ok(match encoding {
         Encoding::Plain => Box::new(bytes),

@@ -152,10 +152,11 @@ fn list_or_none(items: &[String]) -> String {
 pub enum RuntimeError {
     #[error("cannot configure the Wasm engine: {0}")]
     Engine(String),
-    #[error("cannot use compile cache directory {path}: {source}")]
+    #[error("cannot use compile cache directory {path}: {error}")]
     Cache {
         path: PathBuf,
-        source: std::io::Error,
+        // Part of the message, not a `source` (it would be said twice).
+        error: std::io::Error,
     },
 }
 
@@ -268,9 +269,9 @@ impl Runtime {
         let cache = match &config.cache_dir {
             Some(dir) => {
                 Some(
-                    CompileCache::new(dir, &engine).map_err(|source| RuntimeError::Cache {
+                    CompileCache::new(dir, &engine).map_err(|error| RuntimeError::Cache {
                         path: dir.clone(),
-                        source,
+                        error,
                     })?,
                 )
             }
@@ -563,6 +564,16 @@ impl EpochTicker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn errors_say_their_cause_once_with_its_chain() {
+        let cache = RuntimeError::Cache {
+            path: "/cache".into(),
+            error: std::io::Error::other("disk on fire"),
+        };
+        let shown = format!("{:#}", anyhow::Error::from(cache));
+        assert_eq!(shown.matches("disk on fire").count(), 1, "{shown}");
+    }
 
     #[test]
     fn the_epoch_ticks_only_while_a_call_runs() {

@@ -34,11 +34,13 @@ pub enum CallError {
         subject: String,
         budget: Duration,
     },
-    #[error("plugin {plugin} ran out of memory on {subject}: {source}; raise `memoryLimit` for this plugin in the sandbox policy if it legitimately needs more")]
+    // The cause is part of the message, not a `source`: shown with its
+    // chain (`{:#}`), it would be said twice.
+    #[error("plugin {plugin} ran out of memory on {subject}: {exceeded}; raise `memoryLimit` for this plugin in the sandbox policy if it legitimately needs more")]
     MemoryLimit {
         plugin: String,
         subject: String,
-        source: MemoryLimitExceeded,
+        exceeded: MemoryLimitExceeded,
     },
     #[error("plugin {plugin} crashed on {subject}: {message}{}", stderr_suffix(.stderr))]
     Trap {
@@ -288,7 +290,7 @@ impl Call<'_> {
             return Err(CallError::MemoryLimit {
                 plugin,
                 subject,
-                source: MemoryLimitExceeded {
+                exceeded: MemoryLimitExceeded {
                     desired: limit.desired,
                     limit: limit.limit,
                 },
