@@ -186,6 +186,15 @@ fn a_new_python_plugin_builds_with_one_command_and_passes_plugin_test() {
     let sdk = project.join(".venv/requirements.installed");
     let installed = std::fs::read_to_string(sdk).unwrap();
     assert!(installed.contains("plugins/sdk-python"), "{installed}");
+    // Installing it built the wheel without writing into the checkout.
+    let sdk = workspace_root().join("plugins/sdk-python");
+    for litter in ["build", "wasmprov_plugin.egg-info"] {
+        assert!(
+            !sdk.join(litter).exists(),
+            "pip left {litter} in {}",
+            sdk.display()
+        );
+    }
 }
 
 #[test]
