@@ -559,4 +559,26 @@ fn the_sdk_packages_carry_the_contract() {
         listed.lines().any(|line| line == "wit/provisioner.wit"),
         "the crate leaves out its WIT:\n{listed}"
     );
+    // Both Rust crates build from their packages as crates.io would get
+    // them (the second depends on the first by version).
+    let verify = Command::new("cargo")
+        .args([
+            "package",
+            "--allow-dirty",
+            "--offline",
+            "-p",
+            "wasmprov-plugin-resizable",
+            "-p",
+            "wasmprov-plugin",
+        ])
+        .arg("--target-dir")
+        .arg(root.join("target/package-check"))
+        .current_dir(&root)
+        .output()
+        .expect("cargo");
+    assert!(
+        verify.status.success(),
+        "{}",
+        report("cargo package", &verify)
+    );
 }
