@@ -1,7 +1,7 @@
 //! What `plugin new` writes for each language: the files of its project and
 //! the values of their placeholders. A language's SDK comes from its
 //! ecosystem's registry by the host's version, or from a checkout of wasmprov
-//! (`--sdk-path`).
+//! (`--sdk-path`); a C project carries a copy of its SDK instead.
 
 use std::path::Path;
 
