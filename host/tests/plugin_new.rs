@@ -308,6 +308,8 @@ fn the_go_sdk_helpers_pass_their_unit_tests() {
 
 #[test]
 fn the_go_sdk_bindings_are_generated_from_its_wit() {
+    // plugins/build.sh installs the generator for the Go plugins.
+    let _ = plugin_path("hostpath-go");
     let root = workspace_root();
     let out = tempfile::tempdir().unwrap();
     let fresh = out.path().join("bindings");
@@ -360,6 +362,7 @@ fn tree(dir: &Path) -> Vec<(String, Vec<u8>)> {
 #[test]
 fn the_c_sdk_bindings_are_generated_from_its_wit() {
     // wit-bindgen-cli as plugins/build.sh installs it for the C plugins.
+    let _ = plugin_path("quota-dir");
     let root = workspace_root();
     let wit_bindgen = root.join("target/plugin-toolchains/cargo/bin/wit-bindgen");
     assert!(
