@@ -303,18 +303,21 @@ void wp_volume(wp_volume_t *ret, uint64_t capacity_bytes, char *source) {
 
 // --- answers and logging ---------------------------------------------------
 
-static void format_into(wp_string_t *out, const char *format, va_list ap) {
+// Every variant of provision-error and delete-error carries one string, at
+// the same place: set the tag and that string.
+static bool answer(uint8_t *tag_out, wp_string_t *message_out, uint8_t tag, const char *format,
+                   va_list ap) {
     char buf[2048];
     vsnprintf(buf, sizeof buf, format, ap);
-    provisioner_string_dup(out, buf);
+    *tag_out = tag;
+    provisioner_string_dup(message_out, buf);
+    return false;
 }
 
 bool wp_provision_error(wp_provision_error_t *err, uint8_t tag, const char *format, ...) {
     va_list ap;
     va_start(ap, format);
-    err->tag = tag;
-    // Every variant carries one string, at the same place.
-    format_into(&err->val.failed, format, ap);
+    answer(&err->tag, &err->val.failed, tag, format, ap);
     va_end(ap);
     return false;
 }
@@ -322,8 +325,7 @@ bool wp_provision_error(wp_provision_error_t *err, uint8_t tag, const char *form
 bool wp_delete_error(wp_delete_error_t *err, uint8_t tag, const char *format, ...) {
     va_list ap;
     va_start(ap, format);
-    err->tag = tag;
-    format_into(&err->val.failed, format, ap);
+    answer(&err->tag, &err->val.failed, tag, format, ap);
     va_end(ap);
     return false;
 }
