@@ -90,6 +90,17 @@ pub struct Metrics {
     /// Released volumes kept because the node their storage is on is gone
     /// (the node hosts' janitor), by class.
     pub volumes_on_gone_nodes: Family<ClassLabels, Gauge>,
+    /// What a new volume of a class may still take on a node, as its node
+    /// host publishes it (CSIStorageCapacity `capacity`).
+    pub capacity_bytes: Family<CapacityLabels, Gauge>,
+    /// The largest volume of a class a node takes now (`maximumVolumeSize`).
+    pub capacity_max_volume_bytes: Family<CapacityLabels, Gauge>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CapacityLabels {
+    pub class: String,
+    pub node: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -231,6 +242,18 @@ impl Default for Metrics {
             "Released volumes whose storage is on a node that no longer exists: kept, never deleted by a plugin (node hosts' janitor). Broken down by storage class name.",
             volumes_on_gone_nodes.clone(),
         );
+        let capacity_bytes = Family::default();
+        wasmprov.register(
+            "capacity_bytes",
+            "What a new volume of a storage class may still take on a node: the free space of the filesystem its volumes fill, less the plugin's reserve and what volumes there were promised and have not written (node hosts). Broken down by storage class name and node.",
+            capacity_bytes.clone(),
+        );
+        let capacity_max_volume_bytes = Family::default();
+        wasmprov.register(
+            "capacity_max_volume_bytes",
+            "The largest volume of a storage class a node takes now: capacity_bytes, or less where the plugin's output.maxCapacity is smaller (node hosts). Broken down by storage class name and node.",
+            capacity_max_volume_bytes.clone(),
+        );
         Self {
             registry,
             provision_total,
@@ -251,6 +274,8 @@ impl Default for Metrics {
             volume_finalizer_conflicts,
             unusable_grants,
             volumes_on_gone_nodes,
+            capacity_bytes,
+            capacity_max_volume_bytes,
         }
     }
 }

@@ -67,6 +67,20 @@ pub struct PluginInfo {
     /// Whether it makes storage on the node the host runs on (`hostPath`
     /// or `local` volumes): only right where that is the volume's node.
     pub node_local: bool,
+    /// Where its volumes take their room on a node, for the capacity a node
+    /// host publishes and checks; `None`: nothing the host can measure.
+    pub storage: Option<NodeStorage>,
+}
+
+/// Where a node-local plugin's volumes take their room.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeStorage {
+    /// A directory (as the host sees it) on the filesystem its volumes fill.
+    pub directory: std::path::PathBuf,
+    /// Bytes of that filesystem to leave for everything but volumes.
+    pub reserve_bytes: u64,
+    /// The largest volume the plugin may make.
+    pub max_volume_bytes: u64,
 }
 
 /// What a claim now asks of its volume.

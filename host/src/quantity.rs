@@ -32,6 +32,19 @@ const DECIMAL: [(&str, u32); 7] = [
     ("E", 18),
 ];
 
+/// The `storage` entry of a resource list (a claim's requests, a volume's
+/// capacity) in bytes, if it is there and readable.
+pub fn storage_of(
+    resources: Option<
+        &std::collections::BTreeMap<
+            String,
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+        >,
+    >,
+) -> Option<u64> {
+    parse_bytes(&resources?.get("storage")?.0).ok()
+}
+
 /// Parses a Kubernetes quantity into bytes, rounding a fractional result up.
 pub fn parse_bytes(input: &str) -> Result<u64, QuantityError> {
     let err = |reason| QuantityError {

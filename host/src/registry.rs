@@ -27,8 +27,9 @@ use k8s_openapi::api::core::v1::PersistentVolume;
 use crate::metrics::Metrics;
 use crate::policy::PolicySet;
 use crate::provisioner::{
-    annotations, DeleteError, DeleteState, PluginInfo, ProvisionError, ProvisionOptions,
-    ProvisionState, Provisioner, ResizeError, ResizeOptions, ResizeState, Resized,
+    annotations, DeleteError, DeleteState, NodeStorage, PluginInfo, ProvisionError,
+    ProvisionOptions, ProvisionState, Provisioner, ResizeError, ResizeOptions, ResizeState,
+    Resized,
 };
 use crate::runtime::Runtime;
 use crate::wasm_provisioner::WasmProvisioner;
@@ -524,6 +525,11 @@ impl Provisioner for PluginRegistry {
             block_volumes: p.supports_block(),
             resize: p.can_resize(),
             node_local: p.output_policy().makes_node_local_volumes(),
+            storage: p.plugin().policy().capacity.as_ref().map(|c| NodeStorage {
+                directory: c.directory.clone(),
+                reserve_bytes: c.reserve_bytes,
+                max_volume_bytes: p.output_policy().max_capacity_bytes,
+            }),
         })
     }
 

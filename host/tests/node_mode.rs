@@ -2,7 +2,8 @@
 //! selected for its node and the volumes pinned to it, beside the others;
 //! and the central host's refusal to make node-local storage on a cluster
 //! of several nodes. The hosts here share this machine's filesystem; the
-//! real-node tests give each node its own.
+//! real-node tests give each node its own. How a node host accounts for
+//! its disk is in node_mode/capacity.rs.
 
 #[macro_use]
 mod support;
@@ -20,6 +21,9 @@ use wasmprov::lifecycle::{self, OwnNode};
 use wasmprov::metrics::Metrics;
 use wasmprov::policy::{PolicySet, RunsOn};
 use wasmprov::registry::PluginRegistry;
+
+#[path = "node_mode/capacity.rs"]
+mod capacity;
 
 const NODE_PROVISIONER: &str = "node.wasmprov.io";
 const CENTRAL_PROVISIONER: &str = "wasmprov.io/host";

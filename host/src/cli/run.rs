@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 use super::RuntimeArgs;
 use crate::delivery::{self, WatchConfig};
@@ -309,10 +310,68 @@ pub struct RunArgs {
     /// there: the DaemonSet's tolerations or nodeSelector, most likely).
     #[arg(long, default_value = "60s", value_name = "DURATION", value_parser = humantime::parse_duration, env = "WASMPROV_MISSING_HOST_GRACE")]
     pub missing_host_grace: std::time::Duration,
+    /// Node mode: publish the room this node has for each class it serves
+    /// as CSIStorageCapacity objects in the host's namespace, which the
+    /// scheduler reads when the provisioner has a CSIDriver with
+    /// storageCapacity: true (deploy/csidriver.yaml). Without it the host
+    /// still refuses claims its node cannot hold.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL", env = "WASMPROV_PUBLISH_CAPACITY")]
+    pub publish_capacity: bool,
+    /// Node mode: how often the disks are measured again when no volume
+    /// comes, grows or goes (each change is published within a second).
+    #[arg(long, default_value = "60s", value_name = "DURATION", value_parser = humantime::parse_duration, env = "WASMPROV_CAPACITY_POLL_INTERVAL")]
+    pub capacity_poll_interval: std::time::Duration,
+    /// Node mode: the host's Pod UID (downward API metadata.uid), so that
+    /// the capacity objects it publishes are owned by its Pod and go with it.
+    #[arg(long, value_name = "UID", env = "POD_UID")]
+    pub pod_uid: Option<String>,
     #[command(flatten)]
     pub lifecycle: LifecycleArgs,
     #[command(flatten)]
     pub runtime: RuntimeArgs,
+}
+
+/// Node mode: how this host publishes its node's capacity, if it does.
+fn capacity_publishing(
+    args: &RunArgs,
+    config: &lifecycle::Config,
+) -> Option<lifecycle::capacity::publish::Publishing> {
+    if !args.publish_capacity {
+        return None;
+    }
+    let name = &config.names.primary;
+    if let Some(problem) = lifecycle::capacity::publish::driver_name_problem(name) {
+        tracing::warn!(provisioner = %name, "not publishing capacity: the scheduler looks up a CSIDriver named as the provisioner, and {problem}; choose a --provisioner-name such as node.wasmprov.io, or pass --publish-capacity=false. Claims this node cannot hold are still refused");
+        return None;
+    }
+    if args.capacity_poll_interval.is_zero() {
+        tracing::warn!(
+            "--capacity-poll-interval=0: capacity is published only when a volume or class changes"
+        );
+    }
+    let pod_uid = args.pod_uid.as_ref().filter(|uid| !uid.is_empty());
+    let owner = match (&args.identity, pod_uid) {
+        (Some(pod), Some(uid)) => Some(OwnerReference {
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            name: pod.clone(),
+            uid: uid.clone(),
+            ..Default::default()
+        }),
+        _ => {
+            tracing::info!("no POD_NAME and POD_UID: the CSIStorageCapacity objects this host publishes have no owner, and stay if it goes");
+            None
+        }
+    };
+    Some(lifecycle::capacity::publish::Publishing {
+        namespace: config.node_lease_namespace.clone(),
+        owner,
+        poll_interval: if args.capacity_poll_interval.is_zero() {
+            Duration::MAX
+        } else {
+            args.capacity_poll_interval
+        },
+    })
 }
 
 /// client-go's rules: a leader stops leading before its Lease can expire,
@@ -422,6 +481,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             .leader_election_namespace
             .clone()
             .unwrap_or_else(pod_namespace);
+        config.publish_capacity = capacity_publishing(&args, &config);
     }
     let side = if node_mode {
         RunsOn::Node

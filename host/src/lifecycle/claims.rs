@@ -12,6 +12,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 
+use super::capacity;
 use super::decide::{self, keys, ClaimDecision};
 use super::finalizers;
 use super::in_progress::{self, Finish};
@@ -21,7 +22,7 @@ use super::reasons::*;
 use super::resize;
 use super::{lock, AfterFailure, Context, Error};
 use crate::metrics::Metrics;
-use crate::provisioner::{DeleteState, ProvisionOptions, ProvisionState, Provisioner};
+use crate::provisioner::{DeleteState, PluginInfo, ProvisionOptions, ProvisionState, Provisioner};
 
 /// How long a claim's missing class is taken for the class watch lagging
 /// (the PV controller handed the claim over, so the class existed), and
@@ -67,9 +68,9 @@ pub(super) async fn reconcile<P: Provisioner>(
                 .warning(&reference, PROVISIONING_FAILED, "Provisioning", message);
             Ok(Action::requeue(SLOW_RETRY))
         }
-        ClaimDecision::Provision { plugin, node_local } => {
+        ClaimDecision::Provision { plugin, info } => {
             let class = class.ok_or_else(|| Error::Provision("class vanished".into()))?;
-            provision(&claim, (*class).clone(), &plugin, node_local, &ctx).await
+            provision(&claim, (*class).clone(), &plugin, &info, &ctx).await
         }
         ClaimDecision::DropFinalizer => {
             release(&claim, &ctx).await?;
@@ -207,7 +208,7 @@ async fn provision<P: Provisioner>(
     claim: &PersistentVolumeClaim,
     class: StorageClass,
     plugin: &str,
-    node_local: bool,
+    info: &PluginInfo,
     ctx: &Context<P>,
 ) -> Result<Action, Error> {
     let reference = claim.object_ref(&());
@@ -259,7 +260,7 @@ async fn provision<P: Provisioner>(
         return Ok(Action::requeue(left));
     }
 
-    if node_local && ctx.config.node.is_none() {
+    if info.node_local && ctx.config.node.is_none() {
         if let Some(refused) = node_local_refused_here(claim, plugin, ctx).await {
             return Ok(refused);
         }
@@ -279,6 +280,13 @@ async fn provision<P: Provisioner>(
             }
         },
         None => None,
+    };
+
+    // Node mode: the room the claim asks for is promised to it until its
+    // volume is saved, or let go.
+    let promise = match capacity::promise_room(claim, &pv_name, plugin, info, ctx) {
+        Ok(promise) => promise,
+        Err(refused) => return provision_failed(claim, refused, ctx).await,
     };
 
     // From here the backend may make storage: with --claim-finalizer the
@@ -353,6 +361,9 @@ async fn provision<P: Provisioner>(
 
     match save(&volumes, &pv, &uid, &ctx.config).await {
         Ok(()) => {
+            if let Some(promise) = promise {
+                promise.keep();
+            }
             remember_saved(&uid, ctx);
             ctx.succeed(&uid);
             release_or_log(&claim_now, ctx).await;

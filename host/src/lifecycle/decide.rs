@@ -50,9 +50,9 @@ pub enum ClaimDecision {
     WaitForNode,
     /// Ours, but it cannot be provisioned as it is: report and retry slowly.
     Refuse(String),
-    /// Provision it with this plugin, which makes storage on the host's own
-    /// node if `node_local`.
-    Provision { plugin: String, node_local: bool },
+    /// Provision it with this plugin, as `info` describes it (whether it
+    /// makes storage on the host's own node, and where).
+    Provision { plugin: String, info: PluginInfo },
     /// Bound, yet still carrying our claim finalizer: remove it.
     DropFinalizer,
     /// Deleted while provisioning may have made storage (our claim finalizer
@@ -193,7 +193,7 @@ pub fn claim(
     }
     ClaimDecision::Provision {
         plugin: plugin_name.clone(),
-        node_local: info.node_local,
+        info,
     }
 }
 
@@ -421,7 +421,7 @@ mod tests {
         use ClaimDecision::*;
         let hostpath = || Provision {
             plugin: "hostpath".into(),
-            node_local: true,
+            info: known("hostpath").unwrap(),
         };
         let cases: Vec<(&str, PersistentVolumeClaim, Option<StorageClass>, ClaimDecision)> = vec![
             ("provision a pending claim of our class", pvc(json!({})), Some(sc(json!({}))), hostpath()),
@@ -486,7 +486,7 @@ mod tests {
                 Some(sc(json!({"parameters": {"plugin": "blocky"}}))),
                 Provision {
                     plugin: "blocky".into(),
-                    node_local: false,
+                    info: known("blocky").unwrap(),
                 },
             ),
             (
@@ -549,7 +549,7 @@ mod tests {
                 Some(sc(json!({}))),
                 Provision {
                     plugin: "hostpath".into(),
-                    node_local: true,
+                    info: known("hostpath").unwrap(),
                 },
             ),
             (

@@ -7,6 +7,7 @@
 //! Each claim and each volume is reconciled by one worker at a time (kube-runtime
 //! `Controller`); failures are retried with per-object exponential backoff.
 
+pub mod capacity;
 mod claims;
 pub mod decide;
 mod finalizer_conflicts;
@@ -24,7 +25,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
@@ -62,6 +63,11 @@ pub struct Config {
     /// instead of keeping them; a volume annotated
     /// `wasmprov.io/forget-when-node-gone: "true"` is forgotten either way.
     pub forget_gone_node_volumes: bool,
+    /// Node mode: publish this node's room for each class as
+    /// CSIStorageCapacity objects for the scheduler ([`capacity::publish`]).
+    /// `None`: the host still refuses what its node cannot hold, but says
+    /// nothing to the scheduler.
+    pub publish_capacity: Option<capacity::publish::Publishing>,
     /// Node mode: where the node hosts' Leases are, so that the janitor can
     /// tell a node that has no live host.
     pub node_lease_namespace: String,
@@ -117,6 +123,7 @@ impl Config {
             janitor: None,
             gone_node_grace: Duration::from_secs(30),
             forget_gone_node_volumes: false,
+            publish_capacity: None,
             node_lease_namespace: "default".to_owned(),
             missing_host_grace: Duration::from_secs(60),
             adopt_volumes: Default::default(),
@@ -189,6 +196,8 @@ struct Context<P> {
     /// volume watch may not have delivered it yet, and the plugin must not
     /// be asked for it again meanwhile.
     recently_saved: Mutex<HashMap<String, std::time::Instant>>,
+    /// Node mode: what this node's disks were promised ([`capacity`]).
+    capacity: Arc<capacity::Ledger>,
 }
 
 impl<P> Context<P> {
@@ -326,6 +335,8 @@ pub async fn run<P: Provisioner>(
     shutdown: impl Future<Output = ()> + Send,
 ) {
     let (classes, class_writer) = reflector::store();
+    let ledger = Arc::new(capacity::Ledger::default());
+    let class_changed = ledger.clone();
     let class_stream = reflector::reflector(
         class_writer,
         watcher(
@@ -335,7 +346,11 @@ pub async fn run<P: Provisioner>(
     )
     .default_backoff()
     .touched_objects()
-    .for_each(|_| async {});
+    // A class came or changed: the capacity published for it follows.
+    .for_each(move |_| {
+        class_changed.touch();
+        async {}
+    });
     // Every task of the lifecycle lives in this set: dropping the lifecycle
     // future (e.g. when the leader lease is lost) aborts them all at once.
     let mut tasks = tokio::task::JoinSet::new();
@@ -350,8 +365,16 @@ pub async fn run<P: Provisioner>(
         controller: config.controller_name.clone(),
         instance: std::env::var("POD_NAME").ok(),
     };
-    let volumes = controller_of(Api::<PersistentVolume>::all(client.clone()));
-    let claims = controller_of(Api::<PersistentVolumeClaim>::all(client.clone()));
+    // Node mode: a volume of this node came, changed or went; the capacity
+    // published for its disk follows.
+    let volume_changed = ledger.clone();
+    let own = config.node.clone();
+    let volumes = controller_of(Api::<PersistentVolume>::all(client.clone()), move |pv| {
+        if own.is_some() && pv.is_none_or(|pv| nodes::volume_is_here(pv, own.as_ref())) {
+            volume_changed.touch();
+        }
+    });
+    let claims = controller_of(Api::<PersistentVolumeClaim>::all(client.clone()), |_| {});
     let (resync_tx, resyncs) = tokio::sync::watch::channel(0u64);
     if !config.resync.is_zero() {
         let period = config.resync;
@@ -379,10 +402,18 @@ pub async fn run<P: Provisioner>(
         gone_nodes: Mutex::default(),
         node_hosts_seen: Mutex::default(),
         recently_saved: Mutex::default(),
+        capacity: ledger,
         finalizer_conflicts: Default::default(),
         resyncs: resyncs.clone(),
         config: config.clone(),
     });
+    if let (Some(own), Some(publishing)) = (&config.node, &config.publish_capacity) {
+        tasks.spawn(capacity::publish::run(
+            ctx.clone(),
+            own.clone(),
+            publishing.clone(),
+        ));
+    }
     if ctx.config.janitor.is_some() {
         tasks.spawn(janitor::recount_gone(ctx.clone()));
     }
@@ -480,7 +511,10 @@ pub async fn run<P: Provisioner>(
 /// claim and volume of the cluster, so in node mode that is paid once per
 /// node (BENCHMARKS.md, "Node host memory"). Only the cached copy loses
 /// them: updates are patches, never the cached object written back.
-fn controller_of<K>(api: Api<K>) -> Controller<K>
+///
+/// `changed` hears of every object the watch delivers, deleted ones too
+/// (`None`: the watch started over).
+fn controller_of<K>(api: Api<K>, changed: impl Fn(Option<&K>) + Send + 'static) -> Controller<K>
 where
     K: kube::Resource<DynamicType = ()>
         + Clone
@@ -493,6 +527,14 @@ where
     let (store, writer) = reflector::store();
     let stream = watcher(api, watcher::Config::default())
         .modify(|object| object.meta_mut().managed_fields = None)
+        .map_ok(move |event| {
+            match &event {
+                watcher::Event::Apply(o) | watcher::Event::Delete(o) => changed(Some(o)),
+                watcher::Event::InitDone => changed(None),
+                watcher::Event::Init | watcher::Event::InitApply(_) => {}
+            }
+            event
+        })
         .reflect(writer)
         .applied_objects();
     Controller::for_stream(stream, store)
@@ -569,6 +611,7 @@ mod tests {
             gone_nodes: Mutex::default(),
             node_hosts_seen: Mutex::default(),
             recently_saved: Mutex::default(),
+            capacity: Arc::default(),
             finalizer_conflicts: Default::default(),
             resyncs: tokio::sync::watch::channel(0).1,
         }

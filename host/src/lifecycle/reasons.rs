@@ -18,3 +18,6 @@ pub const FILE_SYSTEM_RESIZE_REQUIRED: &str = "FileSystemResizeRequired";
 pub const VOLUME_FINALIZER_CONFLICT: &str = "FinalizerConflict";
 /// A Released volume's storage is on a node that no longer exists.
 pub const VOLUME_NODE_GONE: &str = "VolumeNodeGone";
+/// A node host cannot tell the scheduler how much room a class has on
+/// its node, or has none to give.
+pub const NODE_CAPACITY: &str = "NodeCapacity";

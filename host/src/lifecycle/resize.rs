@@ -12,7 +12,6 @@
 //! the claim is marked done, so a restart at any point resumes where it
 //! stopped (the plugin's `resize` is idempotent).
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{
@@ -28,6 +27,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
+use super::capacity;
 use super::decide::{claim_class, provisioned_by, Names};
 use super::nodes;
 use super::reasons::*;
@@ -113,10 +113,7 @@ pub fn plan(
     if status.phase.as_deref() != Some("Bound") || spec.volume_name.is_none() {
         return ResizePlan::Nothing;
     }
-    let storage = |m: Option<&BTreeMap<String, Quantity>>| {
-        m.and_then(|m| m.get("storage"))
-            .and_then(|q| quantity::parse_bytes(&q.0).ok())
-    };
+    let storage = quantity::storage_of;
     let Some(request) = storage(spec.resources.as_ref().and_then(|r| r.requests.as_ref())) else {
         return ResizePlan::Nothing;
     };
@@ -303,31 +300,34 @@ async fn resize<P: Provisioner>(
     }
     let class_label = Metrics::class(class_name);
     let pv_name = pv.name_any();
-    let unusable = match ctx.provisioner.plugin(&plugin) {
-        Ok(info) if info.resize => None,
-        Ok(_) => Some(format!(
+    let info = match ctx.provisioner.plugin(&plugin) {
+        Ok(info) if info.resize => Ok(info),
+        Ok(_) => Err(format!(
             "plugin {plugin} cannot grow volumes (it has no resize hook); serve a version of it that can, or set allowVolumeExpansion: false on StorageClass {class_name}"
         )),
-        Err(message) => Some(message),
+        Err(message) => Err(message),
     };
-    if let Some(message) = unusable {
-        // A new plugin version wakes every claim; until then, slowly.
-        ctx.events.warning(
-            &reference,
-            VOLUME_RESIZE_FAILED,
-            "Resizing",
-            message.clone(),
-        );
-        mark_error(claim, ctx, &message, true).await?;
-        return Ok(retry_later(
-            ctx,
-            &uid,
-            claim,
-            &version,
-            INFEASIBLE_RETRY,
-            &message,
-        ));
-    }
+    let info = match info {
+        Ok(info) => info,
+        Err(message) => {
+            // A new plugin version wakes every claim; until then, slowly.
+            ctx.events.warning(
+                &reference,
+                VOLUME_RESIZE_FAILED,
+                "Resizing",
+                message.clone(),
+            );
+            mark_error(claim, ctx, &message, true).await?;
+            return Ok(retry_later(
+                ctx,
+                &uid,
+                claim,
+                &version,
+                INFEASIBLE_RETRY,
+                &message,
+            ));
+        }
+    };
     let claim = mark_in_progress(claim, ctx, bytes).await?;
     ctx.events.starting(
         &reference,
@@ -350,8 +350,21 @@ async fn resize<P: Provisioner>(
     };
     let started = Instant::now();
     let with_class = crate::provisioner::with_class_parameters(&pv, class.as_deref());
-    match ctx.provisioner.resize(&plugin, &with_class, &options).await {
-        Ok(resized) => {
+    // Node mode: the new size must fit on the node before the plugin is
+    // asked; what does not is infeasible there.
+    let grown = match capacity::promise_growth(&pv_name, bytes, &plugin, &info, ctx) {
+        Ok(promise) => ctx
+            .provisioner
+            .resize(&plugin, &with_class, &options)
+            .await
+            .map(|resized| (resized, promise)),
+        Err(refused) => Err(refused),
+    };
+    match grown {
+        Ok((resized, promise)) => {
+            if let Some(promise) = promise {
+                promise.keep();
+            }
             let capacity = Quantity(Bytes(resized.capacity_bytes).to_string());
             save_capacity(&pv, ctx, &capacity, &claim, resized.node_expansion_required).await?;
             finish(&claim, ctx, capacity, resized.node_expansion_required).await?;

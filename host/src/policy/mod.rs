@@ -25,6 +25,7 @@
 //!       sources: [hostPath]
 //!       paths: [/var/lib/wasmprov/hostpath]
 //!     runsOn: node                            # served by the host on each node
+//!     capacity: {reserve: 1Gi}                # what its node hosts leave free: see [`capacity`]
 //! ```
 //!
 //! `runsOn: node` gives a plugin to the hosts running on every node
@@ -51,9 +52,11 @@ use serde::Deserialize;
 
 use crate::quantity;
 
+pub mod capacity;
 pub mod guarded;
 pub mod output;
 
+pub use capacity::CapacityPolicy;
 pub use output::OutputPolicy;
 use output::OutputSpec;
 
@@ -126,6 +129,9 @@ pub struct SandboxPolicy {
     /// turns it off for each plugin whose preopens are apart from every path
     /// volumes may use ([`guarded`]).
     pub guard_volumes: bool,
+    /// A node plugin's volumes take their room on this directory's
+    /// filesystem ([`capacity`]).
+    pub capacity: Option<CapacityPolicy>,
 }
 
 impl Default for SandboxPolicy {
@@ -138,6 +144,7 @@ impl Default for SandboxPolicy {
             allowed_outbound: Vec::new(),
             network_filesystem: false,
             guard_volumes: true,
+            capacity: None,
         }
     }
 }
@@ -226,6 +233,13 @@ impl PolicySet {
                     .check_node_local(&field)
                     .map_err(|(f, m)| invalid(f, m))?;
             }
+            let capacity = spec.capacity.take();
+            if runs_on == RunsOn::Central && capacity.is_some() {
+                return Err(invalid(
+                    format!("{field}.capacity"),
+                    capacity::ONLY_NODE_PLUGINS.into(),
+                ));
+            }
             if runs_on != side {
                 elsewhere.insert(name, runs_on);
                 continue;
@@ -268,9 +282,14 @@ impl PolicySet {
                 }
                 output.record_parameters.insert(key);
             }
-            let sandbox = spec
+            let mut sandbox = spec
                 .resolve(defaults.clone(), &field)
                 .map_err(|(f, m)| invalid(f, m))?;
+            if runs_on == RunsOn::Node {
+                sandbox.capacity =
+                    capacity::CapacitySpec::resolve(capacity, &sandbox.preopens, &field)
+                        .map_err(|(f, m)| invalid(f, m))?;
+            }
             plugins.insert(name, (sandbox, output));
         }
         no_writable_preopen_above_a_grant(&plugins).map_err(|(f, m)| invalid(f, m))?;
@@ -425,6 +444,8 @@ struct PluginSpec {
     output: OutputSpec,
     #[serde(default)]
     runs_on: Option<RunsOn>,
+    #[serde(default)]
+    capacity: Option<capacity::CapacitySpec>,
 }
 
 #[derive(Debug, Deserialize)]

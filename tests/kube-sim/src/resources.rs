@@ -66,6 +66,8 @@ pub const ROLE: ResourceId = 13;
 pub const ROLE_BINDING: ResourceId = 14;
 pub const DEPLOYMENT: ResourceId = 15;
 pub const DAEMON_SET: ResourceId = 16;
+pub const CSI_DRIVER: ResourceId = 17;
+pub const CSI_STORAGE_CAPACITY: ResourceId = 18;
 
 pub static RESOURCES: &[ResourceDef] = &[
     ResourceDef {
@@ -319,6 +321,32 @@ pub static RESOURCES: &[ResourceDef] = &[
         status_subresource: true,
         field_labels: &[],
         roundtrip: roundtrip::<apps::v1::DaemonSet>,
+    },
+    ResourceDef {
+        group: "storage.k8s.io",
+        version: "v1",
+        plural: "csidrivers",
+        singular: "csidriver",
+        kind: "CSIDriver",
+        list_kind: "CSIDriverList",
+        namespaced: false,
+        short_names: &[],
+        status_subresource: false,
+        field_labels: &[],
+        roundtrip: roundtrip::<storage::v1::CSIDriver>,
+    },
+    ResourceDef {
+        group: "storage.k8s.io",
+        version: "v1",
+        plural: "csistoragecapacities",
+        singular: "csistoragecapacity",
+        kind: "CSIStorageCapacity",
+        list_kind: "CSIStorageCapacityList",
+        namespaced: true,
+        short_names: &[],
+        status_subresource: false,
+        field_labels: &[],
+        roundtrip: roundtrip::<storage::v1::CSIStorageCapacity>,
     },
 ];
 

@@ -81,6 +81,11 @@ fn columns(res: ResourceId) -> &'static [Column] {
             ("Holder", "string", 0),
             ("Age", "string", 0),
         ],
+        resources::CSI_STORAGE_CAPACITY => &[
+            ("Name", "string", 0),
+            ("StorageClassName", "string", 0),
+            ("Capacity", "string", 0),
+        ],
         _ => &[("Name", "string", 0), ("Age", "string", 0)],
     }
 }
@@ -332,6 +337,11 @@ fn cells(res: ResourceId, obj: &Value, default_class: Option<&str>) -> Vec<Value
             json!(name),
             json!(s(obj, "spec.holderIdentity")),
             json!(created),
+        ],
+        resources::CSI_STORAGE_CAPACITY => vec![
+            json!(name),
+            json!(s(obj, "storageClassName")),
+            json!(s(obj, "capacity")),
         ],
         _ => vec![json!(name), json!(created)],
     }

@@ -1,0 +1,253 @@
+//! Capacity: a node host publishes what its node can still hold for each
+//! class (a CSIStorageCapacity the scheduler reads) and never promises a
+//! byte of its disk twice: claims racing for the last room of a node get
+//! exactly what fits, the rest are handed back to the scheduler, and a
+//! volume cannot grow past what is left. The node's disk is a tmpfs of a
+//! set size (root, as CI is), so the figures are exact.
+
+use std::path::Path;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::{CSIStorageCapacity, StorageClass};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use wasmprov::lifecycle::capacity::publish::Publishing;
+
+use super::support::*;
+use super::{Host, NODE_PROVISIONER};
+
+on_both_servers!(a_node_host_publishes_its_room_and_never_promises_it_twice,);
+
+const MI: u64 = 1 << 20;
+
+/// A tmpfs of `size` bytes, unmounted when dropped.
+struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    fn mount(size: u64) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let status = std::process::Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0755"),
+                "tmpfs",
+            ])
+            .arg(dir.path())
+            .status()
+            .expect("running mount");
+        assert!(
+            status.success(),
+            "mounting a tmpfs needs root (CI runs as root): {status}"
+        );
+        Self { dir }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+fn quantity_bytes(q: &Option<k8s_openapi::apimachinery::pkg::api::resource::Quantity>) -> u64 {
+    wasmprov::quantity::parse_bytes(&q.as_ref().expect("a quantity").0).unwrap()
+}
+
+/// What the host published for class `class` on node n1: capacity and
+/// maximumVolumeSize, once there is exactly one such object.
+async fn published(client: &Client, class: &str) -> Option<(u64, u64)> {
+    let all = Api::<CSIStorageCapacity>::namespaced(client.clone(), "default")
+        .list(&ListParams::default())
+        .await
+        .ok()?
+        .items;
+    let ours: Vec<&CSIStorageCapacity> = all
+        .iter()
+        .filter(|c| c.storage_class_name == class)
+        .collect();
+    let [one] = ours.as_slice() else {
+        return None;
+    };
+    let topology = one.node_topology.as_ref()?.match_labels.as_ref()?;
+    assert_eq!(
+        topology.get("kubernetes.io/hostname").map(String::as_str),
+        Some("n1"),
+        "published for its own node: {one:?}"
+    );
+    Some((
+        quantity_bytes(&one.capacity),
+        quantity_bytes(&one.maximum_volume_size),
+    ))
+}
+
+/// Waits until what is published for `class` satisfies `ok`.
+async fn published_until(client: &Client, class: &str, what: &str, ok: impl Fn(u64) -> bool) {
+    let got = eventually(what, || async {
+        let (capacity, max) = published(client, class).await?;
+        assert_eq!(capacity, max, "both fields say the same room");
+        ok(capacity).then_some(capacity)
+    })
+    .await;
+    eprintln!("{what}: {got} bytes");
+}
+
+async fn claim_of(client: &Client, name: &str, size: &str, node: &str) {
+    let claim: PersistentVolumeClaim = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": "default",
+                     "annotations": {"volume.kubernetes.io/selected-node": node}},
+        "spec": {"storageClassName": "local", "accessModes": ["ReadWriteOnce"],
+                 "resources": {"requests": {"storage": size}}},
+    }))
+    .unwrap();
+    Api::<PersistentVolumeClaim>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &claim)
+        .await
+        .unwrap();
+}
+
+async fn a_node_host_publishes_its_room_and_never_promises_it_twice(server: Server) {
+    let (_api, admin) = TestApi::start(
+        server,
+        &super::NODES,
+        Default::default(),
+        Default::default(),
+    )
+    .await;
+    let disk = Tmpfs::mount(64 * MI);
+    let class: StorageClass = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "local"},
+        "provisioner": NODE_PROVISIONER,
+        "volumeBindingMode": "WaitForFirstConsumer",
+        "allowVolumeExpansion": true,
+        "parameters": {"plugin": "hostpath", "hostRoot": disk.path().display().to_string()},
+    }))
+    .unwrap();
+    Api::<StorageClass>::all(admin.clone())
+        .create(&PostParams::default(), &class)
+        .await
+        .unwrap();
+    let host = Host::start_with(admin.clone(), disk.path(), Some("n1"), false, |config| {
+        config.publish_capacity = Some(Publishing {
+            namespace: "default".into(),
+            owner: None,
+            poll_interval: Duration::from_secs(2),
+        });
+    })
+    .await;
+    published_until(&admin, "local", "the empty disk is published", |c| {
+        c > 63 * MI && c <= 64 * MI
+    })
+    .await;
+
+    // Twenty claims of 6Mi race for a 64Mi disk: ten fit.
+    let names: Vec<String> = (0..20).map(|i| format!("race-{i}")).collect();
+    for name in &names {
+        claim_of(&admin, name, "6Mi", "n1").await;
+    }
+    let claims = Api::<PersistentVolumeClaim>::namespaced(admin.clone(), "default");
+    let (bound, handed_back) = eventually("every racing claim is bound or handed back", || async {
+        let all = claims.list(&ListParams::default()).await.ok()?.items;
+        let bound: Vec<String> = (all.iter())
+            .filter(|c| {
+                c.spec
+                    .as_ref()
+                    .and_then(|s| s.volume_name.as_ref())
+                    .is_some()
+            })
+            .map(|c| c.name_any())
+            .collect();
+        let handed_back: Vec<String> = (all.iter())
+            .filter(|c| {
+                !c.annotations()
+                    .contains_key("volume.kubernetes.io/selected-node")
+            })
+            .map(|c| c.name_any())
+            .collect();
+        (bound.len() + handed_back.len() == names.len()).then_some((bound, handed_back))
+    })
+    .await;
+    assert_eq!((bound.len(), handed_back.len()), (10, 10), "{bound:?}");
+    let volumes = Api::<PersistentVolume>::all(admin.clone());
+    assert_eq!(
+        volumes
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len(),
+        10
+    );
+    let warned = warnings_of(&admin, &handed_back[0]).await;
+    assert!(
+        warned.iter().any(|w| w.contains("node n1 cannot hold 6Mi")
+            && w.contains("asking the scheduler for another node")),
+        "{warned:?}"
+    );
+    published_until(&admin, "local", "the room left after ten volumes", |c| {
+        c <= 4 * MI
+    })
+    .await;
+
+    // Growing a volume past what is left is refused before the plugin is
+    // asked.
+    let grown = &bound[0];
+    claims
+        .patch(
+            grown,
+            &PatchParams::default(),
+            &Patch::Merge(
+                serde_json::json!({"spec": {"resources": {"requests": {"storage": "20Mi"}}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let refusal = eventually("growing past the room left is refused", || async {
+        warnings_of(&admin, grown)
+            .await
+            .into_iter()
+            .find(|w| w.contains("cannot hold 20Mi"))
+    })
+    .await;
+    assert!(refusal.contains("ask for less"), "{refusal}");
+    assert_eq!(host.plugin_calls("resize"), 0);
+
+    // Volumes go: the room comes back.
+    for name in &names {
+        claims.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    eventually("every volume is reclaimed", || async {
+        volumes
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+    published_until(&admin, "local", "the room comes back", |c| c > 63 * MI).await;
+    host.stop().await;
+}
+
+/// The messages of the Warnings about claim `claim`.
+async fn warnings_of(client: &Client, claim: &str) -> Vec<String> {
+    events_about(client, "default", claim)
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| e.type_.as_deref() == Some("Warning"))
+        .filter_map(|e| e.message)
+        .collect()
+}
