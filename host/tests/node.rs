@@ -9,7 +9,8 @@
 //! container in a burst of claims loses and leaks nothing; a plugin and a
 //! tenant's Pod together cannot reach the node (node/sandbox.rs); a backend
 //! added to the central replicas serves pods on every node; and a node that
-//! hangs and is deleted in the middle of a burst loses no claim.
+//! hangs and is deleted in the middle of a burst loses no claim; and pods go
+//! to the nodes whose disks hold their volumes (node/capacity.rs).
 //!
 //! The cluster has three real nodes (test_cluster's: containerd, kubelet,
 //! kube-proxy each, Debian's runc and CNI plugins; it needs root, as CI
@@ -17,6 +18,8 @@
 //! a mount namespace of its own), so a volume made on the wrong node, or a
 //! file left on one, shows as such.
 
+#[path = "node/capacity.rs"]
+mod capacity;
 #[path = "node/sandbox.rs"]
 mod sandbox;
 mod support;
@@ -59,6 +62,8 @@ async fn deploy_runs_on_a_real_node() {
         .tempdir_in("/var/lib")
         .unwrap();
     a_central_backend_serves_pods_on_every_node(&cluster, share.path()).await;
+    // Gives each node a small disk of its own at the hostpath root.
+    capacity::pods_go_where_their_volumes_fit(&cluster).await;
     // Last: the cluster has a node less afterwards.
     a_node_that_hangs_and_is_deleted_mid_burst_loses_no_claim(&cluster).await;
 }

@@ -217,69 +217,17 @@ async fn provision<P: Provisioner>(
         return Ok(Action::await_change());
     };
     let volumes: Api<PersistentVolume> = Api::all(ctx.client.clone());
-
-    // A restart or a lost answer: the volume may already exist. Like the Go
-    // library, look in the watch's cache rather than ask the API server; if
-    // the cache lags (or is still filling at start), the plugin is asked
-    // again for the same volume and saving it finds our own (AlreadyExists
-    // is success). A volume this host saved moments ago is not asked for
-    // again while the watch catches up.
-    //
-    // Do not wait for the cache here: `Store::wait_until_ready` (kube-runtime
-    // 5) wakes only the last of several concurrent waiters, and the volumes
-    // controller itself waits on this store, so a reconcile waiting here at
-    // start could hang forever (seen under CPU load: a claim never bound).
-    if let Some(existing) = ctx.volumes.get(&ObjectRef::new(&pv_name)) {
-        if claim_uid(&existing).as_deref() == Some(uid.as_str()) {
-            if existing.metadata.deletion_timestamp.is_some() {
-                // Reclaimed, the object not yet gone, and this view of the
-                // claim is stale: provisioning now would make storage that
-                // the dying volume cannot stand for. Look again shortly.
-                tracing::info!(claim = %key(claim), volume = %pv_name, "the claim's volume is being deleted; waiting for it to go");
-                return Ok(Action::requeue(ctx.config.retry_base));
-            }
-            lock(&ctx.recently_saved).remove(&uid);
-            ctx.succeed(&uid);
-            release(claim, ctx).await?;
-            return Ok(Action::await_change());
-        }
-    } else if let Some(left) = saved_moments_ago(&uid, ctx) {
-        tracing::debug!(claim = %key(claim), volume = %pv_name, "saved moments ago; waiting for the volume watch");
-        return Ok(Action::requeue(left));
+    if let Some(wait) = nothing_to_do_yet(claim, &pv_name, ctx).await? {
+        return Ok(wait);
     }
-
-    let this_version = version(claim, ctx);
-    if ctx.given_up(&uid, &this_version) {
-        tracing::debug!(claim = %key(claim), "gave up provisioning; waiting for a change");
-        return Ok(Action::await_change());
-    }
-    // Woken during a backoff by a change that is not the claim's own (the
-    // watch event of our finalizer patch): the backoff still holds.
-    if let Some(left) = ctx.backing_off(&uid, &this_version) {
-        tracing::debug!(claim = %key(claim), retry_in = ?left, "backing off");
-        return Ok(Action::requeue(left));
-    }
-
     if info.node_local && ctx.config.node.is_none() {
         if let Some(refused) = node_local_refused_here(claim, plugin, ctx).await {
             return Ok(refused);
         }
     }
-
-    let selected_node = match decide::selected_node(claim) {
-        Some(node) => match Api::<Node>::all(ctx.client.clone()).get_opt(node).await? {
-            Some(n) => Some(n),
-            None => {
-                let message = format!(
-                    "the selected node {node} does not exist; asking the scheduler for another one"
-                );
-                ctx.events
-                    .warning(&reference, PROVISIONING_FAILED, "Provisioning", message);
-                unselect_node(claim, ctx).await?;
-                return Ok(Action::await_change());
-            }
-        },
-        None => None,
+    let selected_node = match selected_node(claim, ctx).await? {
+        Ok(node) => node,
+        Err(gone) => return Ok(gone),
     };
 
     // Node mode: the room the claim asks for is promised to it until its
@@ -398,6 +346,83 @@ async fn provision<P: Provisioner>(
             .await
         }
     }
+}
+
+/// Whether the claim needs no plugin call now, and what to do instead: its
+/// volume exists already (a restart or a lost answer), was saved moments
+/// ago, or the claim is given up on or backing off.
+async fn nothing_to_do_yet<P>(
+    claim: &PersistentVolumeClaim,
+    pv_name: &str,
+    ctx: &Context<P>,
+) -> Result<Option<Action>, Error> {
+    let uid = claim.uid().unwrap_or_default();
+    // Like the Go library, look in the watch's cache rather than ask the
+    // API server; if the cache lags (or is still filling at start), the
+    // plugin is asked again for the same volume and saving it finds our
+    // own (AlreadyExists is success). A volume this host saved moments ago
+    // is not asked for again while the watch catches up.
+    //
+    // Do not wait for the cache here: `Store::wait_until_ready` (kube-runtime
+    // 5) wakes only the last of several concurrent waiters, and the volumes
+    // controller itself waits on this store, so a reconcile waiting here at
+    // start could hang forever (seen under CPU load: a claim never bound).
+    if let Some(existing) = ctx.volumes.get(&ObjectRef::new(pv_name)) {
+        if claim_uid(&existing).as_deref() == Some(uid.as_str()) {
+            if existing.metadata.deletion_timestamp.is_some() {
+                // Reclaimed, the object not yet gone, and this view of the
+                // claim is stale: provisioning now would make storage that
+                // the dying volume cannot stand for. Look again shortly.
+                tracing::info!(claim = %key(claim), volume = %pv_name, "the claim's volume is being deleted; waiting for it to go");
+                return Ok(Some(Action::requeue(ctx.config.retry_base)));
+            }
+            lock(&ctx.recently_saved).remove(&uid);
+            ctx.succeed(&uid);
+            release(claim, ctx).await?;
+            return Ok(Some(Action::await_change()));
+        }
+    } else if let Some(left) = saved_moments_ago(&uid, ctx) {
+        tracing::debug!(claim = %key(claim), volume = %pv_name, "saved moments ago; waiting for the volume watch");
+        return Ok(Some(Action::requeue(left)));
+    }
+
+    let this_version = version(claim, ctx);
+    if ctx.given_up(&uid, &this_version) {
+        tracing::debug!(claim = %key(claim), "gave up provisioning; waiting for a change");
+        return Ok(Some(Action::await_change()));
+    }
+    // Woken during a backoff by a change that is not the claim's own (the
+    // watch event of our finalizer patch): the backoff still holds.
+    if let Some(left) = ctx.backing_off(&uid, &this_version) {
+        tracing::debug!(claim = %key(claim), retry_in = ?left, "backing off");
+        return Ok(Some(Action::requeue(left)));
+    }
+    Ok(None)
+}
+
+/// The Node the scheduler selected for the claim (WaitForFirstConsumer),
+/// whose labels go to the plugin; if it no longer exists, the claim is
+/// handed back to the scheduler and the action to take is the error.
+async fn selected_node<P>(
+    claim: &PersistentVolumeClaim,
+    ctx: &Context<P>,
+) -> Result<Result<Option<Node>, Action>, Error> {
+    let Some(node) = decide::selected_node(claim) else {
+        return Ok(Ok(None));
+    };
+    if let Some(found) = Api::<Node>::all(ctx.client.clone()).get_opt(node).await? {
+        return Ok(Ok(Some(found)));
+    }
+    let message =
+        format!("the selected node {node} does not exist; asking the scheduler for another one");
+    ctx.events.warning(
+        &claim.object_ref(&()),
+        PROVISIONING_FAILED,
+        "Provisioning",
+        message,
+    );
+    unselect_node(claim, ctx).await?;
+    Ok(Err(Action::await_change()))
 }
 
 /// The storage of a volume that will not be saved (it could not be, or it

@@ -36,8 +36,16 @@ pub struct CapacityPolicy {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct CapacitySpec {
-    reserve: Option<String>,
+    reserve: Option<Reserve>,
     directory: Option<PathBuf>,
+}
+
+/// A quantity, as `10Gi` or as a plain number of bytes (`0`).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Reserve {
+    Bytes(u64),
+    Quantity(String),
 }
 
 /// Why a central plugin has no capacity.
@@ -61,7 +69,10 @@ impl CapacitySpec {
             .map(|p| &p.host)
             .collect();
         let reserve_bytes = match &spec.reserve {
-            Some(r) => quantity::parse_bytes(r).map_err(|e| (at(".reserve"), e.to_string()))?,
+            Some(Reserve::Bytes(n)) => *n,
+            Some(Reserve::Quantity(q)) => {
+                quantity::parse_bytes(q).map_err(|e| (at(".reserve"), e.to_string()))?
+            }
             None => 0,
         };
         let directory = match (spec.directory, writable.as_slice()) {
@@ -166,6 +177,15 @@ mod tests {
             set.sandbox_for("p").capacity.unwrap().reserve_bytes,
             1 << 30
         );
+        let set = node_policy(&node_plugin(
+            dir.path(),
+            &format!(
+                "    preopens: [{}]\n    capacity: {{reserve: 0}}\n",
+                preopen(dir.path())
+            ),
+        ))
+        .unwrap();
+        assert_eq!(set.sandbox_for("p").capacity.unwrap().reserve_bytes, 0);
     }
 
     #[test]

@@ -634,8 +634,23 @@ fn scan_for_links(grant: &Path, max_depth: usize) -> Result<(), String> {
     let mut todo = vec![(grant.to_owned(), 0)];
     let mut seen = 0usize;
     while let Some((dir, depth)) = todo.pop() {
-        let entries = std::fs::read_dir(&dir)
-            .map_err(|e| format!("cannot read {} to check it for links: {e}", dir.display()))?;
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            // A directory this host's user may neither read nor enter (an
+            // ext4 disk's lost+found, owned by root, 0700): no path through
+            // it resolves for the host or its plugins, so nothing in it can
+            // be handed out.
+            Err(e) if depth > 0 && !searchable(&dir) => {
+                tracing::debug!(directory = %dir.display(), error = %e, "not looked into: this host cannot enter it");
+                continue;
+            }
+            Err(e) => {
+                return Err(format!(
+                    "cannot read {} to check it for links: {e}",
+                    dir.display()
+                ))
+            }
+        };
         for entry in entries {
             let entry = entry
                 .map_err(|e| format!("cannot read {} to check it for links: {e}", dir.display()))?;
@@ -664,6 +679,16 @@ fn scan_for_links(grant: &Path, max_depth: usize) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Whether this process may resolve paths through `dir` (search
+/// permission): looking up a name in it fails with "permission denied"
+/// only if it may not.
+fn searchable(dir: &Path) -> bool {
+    std::fs::symlink_metadata(dir.join(".wasmprov-search-check")).map_or_else(
+        |e| e.kind() != std::io::ErrorKind::PermissionDenied,
+        |_| true,
+    )
 }
 
 /// `server:/path`, the way `mount` writes an NFS export (`[v6]:/path` too).

@@ -339,6 +339,13 @@ impl Cluster {
         nodes.iter().try_for_each(|n| n.load_image(tarball))
     }
 
+    /// `program` run as node `name`'s processes see the filesystem (in its
+    /// mount namespace: below its private paths, its own directories).
+    /// Panics without such a node.
+    pub fn command_on(&self, name: &str, program: &str) -> std::process::Command {
+        self.with_node(name, |n| n.command(program))
+    }
+
     /// The names of the real nodes, in order.
     pub fn node_names(&self) -> Vec<String> {
         let nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());

@@ -572,6 +572,20 @@ serializeImagePulls: false
         Ok(node)
     }
 
+    /// `program` run in this node's mount namespace, where its kubelet and
+    /// containers see the filesystem (e.g. to mount a disk of a set size).
+    pub fn command(&self, program: &str) -> Command {
+        let mut command = Command::new("nsenter");
+        command
+            .arg(format!(
+                "--mount=/proc/{}/ns/mnt",
+                self.network.holder.pid()
+            ))
+            .arg("--")
+            .arg(program);
+        command
+    }
+
     /// `ctr --address SOCKET --namespace k8s.io` (the kubelet's namespace).
     pub fn ctr_command(&self) -> Command {
         let mut command = Command::new(&self.ctr);

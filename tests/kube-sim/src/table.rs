@@ -81,11 +81,8 @@ fn columns(res: ResourceId) -> &'static [Column] {
             ("Holder", "string", 0),
             ("Age", "string", 0),
         ],
-        resources::CSI_STORAGE_CAPACITY => &[
-            ("Name", "string", 0),
-            ("StorageClassName", "string", 0),
-            ("Capacity", "string", 0),
-        ],
+        // No printer on the real server: its default table.
+        resources::CSI_STORAGE_CAPACITY => &[("Name", "string", 0), ("Created At", "date", 0)],
         _ => &[("Name", "string", 0), ("Age", "string", 0)],
     }
 }
@@ -338,11 +335,9 @@ fn cells(res: ResourceId, obj: &Value, default_class: Option<&str>) -> Vec<Value
             json!(s(obj, "spec.holderIdentity")),
             json!(created),
         ],
-        resources::CSI_STORAGE_CAPACITY => vec![
-            json!(name),
-            json!(s(obj, "storageClassName")),
-            json!(s(obj, "capacity")),
-        ],
+        resources::CSI_STORAGE_CAPACITY => {
+            vec![json!(name), json!(s(obj, "metadata.creationTimestamp"))]
+        }
         _ => vec![json!(name), json!(created)],
     }
 }

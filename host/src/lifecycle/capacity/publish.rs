@@ -98,6 +98,18 @@ struct Published {
     measured: Option<Instant>,
 }
 
+impl Published {
+    /// Logs a failed request: a warning the first time it fails so, then
+    /// quietly (it is retried every few seconds).
+    fn failed(&mut self, message: String) {
+        if self.warned.insert((String::new(), message.clone())) {
+            tracing::warn!("{message}");
+        } else {
+            tracing::debug!("{message}");
+        }
+    }
+}
+
 /// Publishes this node's capacity until the lifecycle stops.
 pub(in crate::lifecycle) async fn run<P: Provisioner>(
     ctx: Arc<Context<P>>,
@@ -144,7 +156,12 @@ async fn publish_once<P: Provisioner>(
                 published.listed = true;
             }
             Err(e) => {
-                tracing::warn!(error = %e, namespace = %publishing.namespace, "cannot list this node's CSIStorageCapacity objects; retrying");
+                published.failed(format!(
+                    "cannot list this node's CSIStorageCapacity objects in namespace {}: {e}; \
+                     retrying (the node host's Role must allow list, create, patch and delete \
+                     of csistoragecapacities: deploy/rbac-node.yaml)",
+                    publishing.namespace
+                ));
                 return false;
             }
         }
@@ -191,7 +208,9 @@ async fn publish_once<P: Provisioner>(
                     .insert(name.clone(), (class.clone(), Some(*figures)));
             }
             Err(e) => {
-                tracing::warn!(class, error = %e, "cannot write CSIStorageCapacity {name}; retrying");
+                published.failed(format!(
+                    "cannot write CSIStorageCapacity {name} (StorageClass {class}): {e}; retrying"
+                ));
                 ok = false;
             }
         }
@@ -205,7 +224,9 @@ async fn publish_once<P: Provisioner>(
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 404 => {}
             Err(e) => {
-                tracing::warn!(error = %e, "cannot delete CSIStorageCapacity {name}; retrying");
+                published.failed(format!(
+                    "cannot delete CSIStorageCapacity {name}: {e}; retrying"
+                ));
                 ok = false;
                 continue;
             }
