@@ -33,7 +33,8 @@ use k8s_openapi::api::core::v1::{ContainerStatus, PersistentVolume, PersistentVo
 use kube::api::{DeleteParams, ListParams};
 use kube::{Api, Client, ResourceExt};
 use support::node::{
-    apply, apply_in, node_hosts, not_serving, replicas, rolled_out, run, served_digest, LIMIT, NS,
+    apply, apply_in, node_hosts, not_serving, plugin_digest, replicas, rolled_out, run,
+    served_digest, LIMIT, NS,
 };
 use support::{eventually_within, workspace_root};
 use test_cluster::{node_name, Cluster, NODE_NAME};
@@ -757,6 +758,21 @@ volumeBindingMode: Immediate
         ),
     );
     rolled_out(cluster, "deployment/wasmprov");
+    // An old replica (no plugin) may still hold the leader Lease for a
+    // moment while it stops: claims wait for a new one that serves it.
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    eventually_within(LIMIT, "a replica serving the plugin leads", || async {
+        let holder = leases
+            .get_opt("wasmprov.io-host")
+            .await
+            .ok()??
+            .spec?
+            .holder_identity?;
+        let serving = replicas(&client).await.contains(&holder)
+            && plugin_digest(&client, &holder, SHARED).await.is_some();
+        serving.then_some(())
+    })
+    .await;
 
     let ns = "e2e-central";
     apply(cluster, &namespace(ns));

@@ -20,7 +20,7 @@ use kube::{Api, Client, ResourceExt};
 use test_cluster::Cluster;
 
 use super::support::node::{apply, apply_in, node_hosts, run, LIMIT, NS};
-use super::support::{events_about, eventually_within};
+use super::support::{bound_and_handed_back, events_about, eventually_within};
 use super::{delete_all, namespace, pinned_node, pod_writing, running, HOST_ROOT};
 
 const MI: u64 = 1 << 20;
@@ -108,23 +108,7 @@ pub async fn pods_go_where_their_volumes_fit(cluster: &Cluster) {
         "each racing claim is bound or handed back",
         || async {
             let all = claims.list(&ListParams::default()).await.ok()?.items;
-            let racers = || all.iter().filter(|c| c.name_any().starts_with("race-"));
-            let bound: BTreeSet<String> = racers()
-                .filter(|c| {
-                    c.spec
-                        .as_ref()
-                        .and_then(|s| s.volume_name.as_ref())
-                        .is_some()
-                })
-                .map(|c| c.name_any())
-                .collect();
-            let handed_back: BTreeSet<String> = racers()
-                .filter(|c| {
-                    !c.annotations()
-                        .contains_key("volume.kubernetes.io/selected-node")
-                })
-                .map(|c| c.name_any())
-                .collect();
+            let (bound, handed_back) = bound_and_handed_back(&all, "race-");
             (bound.len() + handed_back.len() == racing.len()).then_some((bound, handed_back))
         },
     )

@@ -11,13 +11,16 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{CSIStorageCapacity, StorageClass};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client};
 use wasmprov::lifecycle::capacity::publish::Publishing;
 
 use super::support::*;
 use super::{Host, NODE_PROVISIONER};
 
-on_both_servers!(a_node_host_publishes_its_room_and_never_promises_it_twice,);
+on_both_servers!(
+    a_node_host_publishes_its_room_and_never_promises_it_twice,
+    a_node_host_that_cannot_measure_its_disk_says_so_on_the_class,
+);
 
 const MI: u64 = 1 << 20;
 
@@ -159,22 +162,7 @@ async fn a_node_host_publishes_its_room_and_never_promises_it_twice(server: Serv
     let claims = Api::<PersistentVolumeClaim>::namespaced(admin.clone(), "default");
     let (bound, handed_back) = eventually("every racing claim is bound or handed back", || async {
         let all = claims.list(&ListParams::default()).await.ok()?.items;
-        let bound: Vec<String> = (all.iter())
-            .filter(|c| {
-                c.spec
-                    .as_ref()
-                    .and_then(|s| s.volume_name.as_ref())
-                    .is_some()
-            })
-            .map(|c| c.name_any())
-            .collect();
-        let handed_back: Vec<String> = (all.iter())
-            .filter(|c| {
-                !c.annotations()
-                    .contains_key("volume.kubernetes.io/selected-node")
-            })
-            .map(|c| c.name_any())
-            .collect();
+        let (bound, handed_back) = bound_and_handed_back(&all, "race-");
         (bound.len() + handed_back.len() == names.len()).then_some((bound, handed_back))
     })
     .await;
@@ -189,7 +177,7 @@ async fn a_node_host_publishes_its_room_and_never_promises_it_twice(server: Serv
             .len(),
         10
     );
-    let warned = warnings_of(&admin, &handed_back[0]).await;
+    let warned = warnings_of(&admin, handed_back.first().unwrap()).await;
     assert!(
         warned.iter().any(|w| w.contains("node n1 cannot hold 6Mi")
             && w.contains("asking the scheduler for another node")),
@@ -202,7 +190,7 @@ async fn a_node_host_publishes_its_room_and_never_promises_it_twice(server: Serv
 
     // Growing a volume past what is left is refused before the plugin is
     // asked.
-    let grown = &bound[0];
+    let grown = bound.first().unwrap();
     claims
         .patch(
             grown,
@@ -238,6 +226,86 @@ async fn a_node_host_publishes_its_room_and_never_promises_it_twice(server: Serv
     })
     .await;
     published_until(&admin, "local", "the room comes back", |c| c > 63 * MI).await;
+    host.stop().await;
+}
+
+/// The plugin's directory goes (a disk unmounted, a directory removed): the
+/// host publishes nothing it did not measure, so the scheduler sends no pod
+/// there, and says why on the class, once.
+async fn a_node_host_that_cannot_measure_its_disk_says_so_on_the_class(server: Server) {
+    let (_api, admin) = TestApi::start(
+        server,
+        &super::NODES,
+        Default::default(),
+        Default::default(),
+    )
+    .await;
+    let root = tempfile::tempdir().unwrap();
+    let disk = root.path().join("disk");
+    std::fs::create_dir(&disk).unwrap();
+    let class = |name: &str| -> StorageClass {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "provisioner": NODE_PROVISIONER,
+            "volumeBindingMode": "WaitForFirstConsumer",
+            "parameters": {"plugin": "hostpath", "hostRoot": disk.display().to_string()},
+        }))
+        .unwrap()
+    };
+    let classes = Api::<StorageClass>::all(admin.clone());
+    classes
+        .create(&PostParams::default(), &class("local"))
+        .await
+        .unwrap();
+    let host = Host::start_with(admin.clone(), &disk, Some("n1"), false, |config| {
+        config.publish_capacity = Some(Publishing {
+            namespace: "default".into(),
+            owner: None,
+            poll_interval: Duration::from_secs(60),
+        });
+    })
+    .await;
+    published_until(&admin, "local", "the directory's room is published", |c| {
+        c > 0
+    })
+    .await;
+
+    std::fs::remove_dir(&disk).unwrap();
+    // A class event makes the host look again at once.
+    classes
+        .create(&PostParams::default(), &class("other"))
+        .await
+        .unwrap();
+    eventually(
+        "nothing is published from a directory that is gone",
+        || async {
+            let all = Api::<CSIStorageCapacity>::namespaced(admin.clone(), "default")
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items;
+            all.is_empty().then_some(())
+        },
+    )
+    .await;
+    let said = eventually("the class says why", || async {
+        let events = events_about(&admin, "default", "local").await?;
+        let warnings: Vec<String> = (events.into_iter())
+            .filter(|e| e.reason.as_deref() == Some("NodeCapacity"))
+            .filter_map(|e| e.message)
+            .collect();
+        (!warnings.is_empty()).then_some(warnings)
+    })
+    .await;
+    assert_eq!(said.len(), 1, "once: {said:?}");
+    for part in [
+        "node n1",
+        "cannot measure the filesystem of",
+        "StorageClass local",
+    ] {
+        assert!(said[0].contains(part), "{said:?}");
+    }
+    assert!(said[0].contains(&disk.display().to_string()), "{said:?}");
     host.stop().await;
 }
 

@@ -645,3 +645,42 @@ pub async fn events_about(
             .collect(),
     )
 }
+
+/// Of the claims named `prefix…`, those bound to a volume and those handed
+/// back to the scheduler (their selected node cleared), by name.
+pub fn bound_and_handed_back(
+    claims: &[PersistentVolumeClaim],
+    prefix: &str,
+) -> (
+    std::collections::BTreeSet<String>,
+    std::collections::BTreeSet<String>,
+) {
+    let ours = || {
+        claims.iter().filter(|c| {
+            c.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.starts_with(prefix))
+        })
+    };
+    let name = |c: &PersistentVolumeClaim| c.metadata.name.clone().unwrap_or_default();
+    let bound = ours()
+        .filter(|c| {
+            c.spec
+                .as_ref()
+                .and_then(|s| s.volume_name.as_ref())
+                .is_some()
+        })
+        .map(name)
+        .collect();
+    let handed_back = ours()
+        .filter(|c| {
+            !c.metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key("volume.kubernetes.io/selected-node"))
+        })
+        .map(name)
+        .collect();
+    (bound, handed_back)
+}
