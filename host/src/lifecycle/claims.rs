@@ -234,7 +234,13 @@ async fn provision<P: Provisioner>(
     // volume is saved, or let go.
     let promise = match capacity::promise_room(claim, &pv_name, plugin, info, ctx) {
         Ok(promise) => promise,
-        Err(refused) => return provision_failed(claim, refused, ctx).await,
+        Err(refused) => {
+            ctx.metrics
+                .provision_failed_total
+                .get_or_create(&Metrics::provision_labels(claim))
+                .inc();
+            return provision_failed(claim, refused, ctx).await;
+        }
     };
 
     // From here the backend may make storage: with --claim-finalizer the

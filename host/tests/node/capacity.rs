@@ -7,7 +7,9 @@
 //!   scheduler's own reason, and no volume is made;
 //! - twenty claims racing for the small node, which holds ten, give
 //!   exactly ten volumes there, and their pods' other ten run elsewhere;
-//! - what the node hosts publish follows the volumes as they come and go.
+//! - what the node hosts publish follows the volumes as they come and go;
+//!
+//! and the nodes get their hostpath root back as it was.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -119,14 +121,18 @@ pub async fn pods_go_where_their_volumes_fit(cluster: &Cluster) {
         "bound: {bound:?}"
     );
     let first = handed_back.iter().next().unwrap();
-    let said = events_about(&client, ns, first).await.unwrap_or_default();
-    assert!(
-        said.iter().any(|e| e
-            .message
-            .as_deref()
-            .is_some_and(|m| m.contains(&format!("node {small} cannot hold")))),
-        "{first}'s events say why it was handed back: {said:?}"
-    );
+    let why = format!("node {small} cannot hold");
+    eventually_within(
+        LIMIT,
+        &format!("{first}'s events say why it was handed back"),
+        || async {
+            let said = events_about(&client, ns, first).await?;
+            said.iter()
+                .any(|e| e.message.as_deref().is_some_and(|m| m.contains(&why)))
+                .then_some(())
+        },
+    )
+    .await;
     // Their pods: the bound ten run on the small node, the others where
     // the scheduler finds room.
     let pods_yaml: String = (racing.iter())
@@ -169,6 +175,13 @@ pub async fn pods_go_where_their_volumes_fit(cluster: &Cluster) {
         .delete(ns, &DeleteParams::default())
         .await
         .unwrap();
+
+    // The nodes get their hostpath root back as it was (what the scenarios
+    // after this one read through Cluster::node_view).
+    for node in &nodes {
+        run(cluster.command_on(node, "umount").args(["-l", HOST_ROOT]));
+    }
+    restart_node_hosts(cluster, &client).await;
 }
 
 /// Deletes deploy/'s demo pod and claim; returns once its volume is gone.

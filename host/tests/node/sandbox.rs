@@ -131,8 +131,19 @@ pub async fn a_plugin_and_a_tenants_pod_cannot_reach_the_node(cluster: &Cluster)
         .await
         .unwrap();
     assert_real_directory(&on_node(cluster, &b));
+    // The pool itself stays: the DaemonSet still mounts it (type
+    // Directory), and a node host started later (node/capacity.rs restarts
+    // them) could not start without it.
     for node in cluster.node_names() {
-        std::fs::remove_dir_all(cluster.node_view(&node, Path::new(POOL))).unwrap();
+        let pool = cluster.node_view(&node, Path::new(POOL));
+        for entry in std::fs::read_dir(&pool).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() && !path.is_symlink() {
+                std::fs::remove_dir_all(&path).unwrap();
+            } else {
+                std::fs::remove_file(&path).unwrap();
+            }
+        }
     }
 }
 

@@ -150,7 +150,7 @@ impl Ledger {
     /// Promises `bytes` on `storage` to volume `pv` (a new one, or one
     /// growing to that size), if they fit; else says why not, naming
     /// `plugin`'s reserve. Held until the volume watch shows `pv` at that
-    /// size, or [`Ledger::release`].
+    /// size if the [`Promise`] is kept, else until it is dropped.
     pub fn reserve(
         &self,
         pv: &str,
