@@ -120,6 +120,23 @@ async fn claim_of(client: &Client, name: &str, size: &str, node: &str) {
         .unwrap();
 }
 
+/// A class of the hostpath plugin in `dir`, served by the node hosts,
+/// waiting for a consumer, whose volumes may grow.
+async fn create_class(client: &Client, name: &str, dir: &Path) {
+    let class: StorageClass = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "provisioner": NODE_PROVISIONER,
+        "volumeBindingMode": "WaitForFirstConsumer",
+        "allowVolumeExpansion": true,
+        "parameters": {"plugin": "hostpath", "hostRoot": dir.display().to_string()},
+    }))
+    .unwrap();
+    Api::<StorageClass>::all(client.clone())
+        .create(&PostParams::default(), &class)
+        .await
+        .unwrap();
+}
+
 async fn a_node_host_publishes_its_room_and_never_promises_it_twice(server: Server) {
     let (_api, admin) = TestApi::start(
         server,
@@ -129,18 +146,7 @@ async fn a_node_host_publishes_its_room_and_never_promises_it_twice(server: Serv
     )
     .await;
     let disk = Tmpfs::mount(64 * MI);
-    let class: StorageClass = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "local"},
-        "provisioner": NODE_PROVISIONER,
-        "volumeBindingMode": "WaitForFirstConsumer",
-        "allowVolumeExpansion": true,
-        "parameters": {"plugin": "hostpath", "hostRoot": disk.path().display().to_string()},
-    }))
-    .unwrap();
-    Api::<StorageClass>::all(admin.clone())
-        .create(&PostParams::default(), &class)
-        .await
-        .unwrap();
+    create_class(&admin, "local", disk.path()).await;
     let host = Host::start_with(admin.clone(), disk.path(), Some("n1"), false, |config| {
         config.publish_capacity = Some(Publishing {
             namespace: "default".into(),
@@ -243,20 +249,7 @@ async fn a_node_host_that_cannot_measure_its_disk_says_so_on_the_class(server: S
     let root = tempfile::tempdir().unwrap();
     let disk = root.path().join("disk");
     std::fs::create_dir(&disk).unwrap();
-    let class = |name: &str| -> StorageClass {
-        serde_json::from_value(serde_json::json!({
-            "metadata": {"name": name},
-            "provisioner": NODE_PROVISIONER,
-            "volumeBindingMode": "WaitForFirstConsumer",
-            "parameters": {"plugin": "hostpath", "hostRoot": disk.display().to_string()},
-        }))
-        .unwrap()
-    };
-    let classes = Api::<StorageClass>::all(admin.clone());
-    classes
-        .create(&PostParams::default(), &class("local"))
-        .await
-        .unwrap();
+    create_class(&admin, "local", &disk).await;
     let host = Host::start_with(admin.clone(), &disk, Some("n1"), false, |config| {
         config.publish_capacity = Some(Publishing {
             namespace: "default".into(),
@@ -272,10 +265,7 @@ async fn a_node_host_that_cannot_measure_its_disk_says_so_on_the_class(server: S
 
     std::fs::remove_dir(&disk).unwrap();
     // A class event makes the host look again at once.
-    classes
-        .create(&PostParams::default(), &class("other"))
-        .await
-        .unwrap();
+    create_class(&admin, "other", &disk).await;
     eventually(
         "nothing is published from a directory that is gone",
         || async {
