@@ -120,6 +120,19 @@ async fn claim_of(client: &Client, name: &str, size: &str, node: &str) {
         .unwrap();
 }
 
+/// The node host of n1 serving the hostpath plugin in `dir`, publishing its
+/// room in `default`, measuring again every `poll`.
+async fn publishing_host(admin: &Client, dir: &Path, poll: Duration) -> Host {
+    Host::start_with(admin.clone(), dir, Some("n1"), false, |config| {
+        config.publish_capacity = Some(Publishing {
+            namespace: "default".into(),
+            owner: None,
+            poll_interval: poll,
+        });
+    })
+    .await
+}
+
 /// A class of the hostpath plugin in `dir`, served by the node hosts,
 /// waiting for a consumer, whose volumes may grow.
 async fn create_class(client: &Client, name: &str, dir: &Path) {
@@ -147,14 +160,7 @@ async fn a_node_host_publishes_its_room_and_never_promises_it_twice(server: Serv
     .await;
     let disk = Tmpfs::mount(64 * MI);
     create_class(&admin, "local", disk.path()).await;
-    let host = Host::start_with(admin.clone(), disk.path(), Some("n1"), false, |config| {
-        config.publish_capacity = Some(Publishing {
-            namespace: "default".into(),
-            owner: None,
-            poll_interval: Duration::from_secs(2),
-        });
-    })
-    .await;
+    let host = publishing_host(&admin, disk.path(), Duration::from_secs(2)).await;
     published_until(&admin, "local", "the empty disk is published", |c| {
         c > 63 * MI && c <= 64 * MI
     })
@@ -250,14 +256,7 @@ async fn a_node_host_that_cannot_measure_its_disk_says_so_on_the_class(server: S
     let disk = root.path().join("disk");
     std::fs::create_dir(&disk).unwrap();
     create_class(&admin, "local", &disk).await;
-    let host = Host::start_with(admin.clone(), &disk, Some("n1"), false, |config| {
-        config.publish_capacity = Some(Publishing {
-            namespace: "default".into(),
-            owner: None,
-            poll_interval: Duration::from_secs(60),
-        });
-    })
-    .await;
+    let host = publishing_host(&admin, &disk, Duration::from_secs(60)).await;
     published_until(&admin, "local", "the directory's room is published", |c| {
         c > 0
     })
