@@ -49,6 +49,23 @@ pub trait Provisioner: Send + Sync + 'static {
         async move { Err(ResizeError::new(ResizeState::Infeasible, message)) }
     }
 
+    /// Node mode: what `plugin` says `node` can still take for new volumes
+    /// of `class`, for plugins that know better than the host
+    /// ([`PluginInfo::reports_capacity`]). `Ok(None)`: it knows no better
+    /// for this class; the host measures the plugin's [`NodeStorage`]. The
+    /// figure is checked against the plugin's own limits, not yet against
+    /// the node's disk. `Err`: why there is no figure, for the class's events.
+    fn capacity(
+        &self,
+        plugin: &str,
+        class: &StorageClass,
+        node: &Node,
+    ) -> impl Future<Output = Result<Option<ReportedCapacity>, String>> + Send {
+        let _ = (class, node);
+        let message = format!("plugin {plugin} does not report capacity");
+        async move { Err(message) }
+    }
+
     /// Changes each time a plugin becomes usable (a version loads), so the
     /// lifecycle can look again at the claims and volumes that waited for
     /// it instead of at their next retry. None: plugins never change.
@@ -70,6 +87,18 @@ pub struct PluginInfo {
     /// Where its volumes take their room on a node, for the capacity a node
     /// host publishes and checks; `None`: nothing the host can measure.
     pub storage: Option<NodeStorage>,
+    /// Whether it says itself what room a node has left for its volumes
+    /// ([`Provisioner::capacity`]).
+    pub reports_capacity: bool,
+}
+
+/// What a plugin says a node can still take for new volumes of a class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReportedCapacity {
+    /// All new volumes together.
+    pub available_bytes: u64,
+    /// The largest one; at most `available_bytes`.
+    pub maximum_volume_bytes: u64,
 }
 
 /// Where a node-local plugin's volumes take their room.

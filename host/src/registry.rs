@@ -22,14 +22,15 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
-use k8s_openapi::api::core::v1::PersistentVolume;
+use k8s_openapi::api::core::v1::{Node, PersistentVolume};
+use k8s_openapi::api::storage::v1::StorageClass;
 
 use crate::metrics::Metrics;
 use crate::policy::PolicySet;
 use crate::provisioner::{
     annotations, DeleteError, DeleteState, NodeStorage, PluginInfo, ProvisionError,
-    ProvisionOptions, ProvisionState, Provisioner, ResizeError, ResizeOptions, ResizeState,
-    Resized,
+    ProvisionOptions, ProvisionState, Provisioner, ReportedCapacity, ResizeError, ResizeOptions,
+    ResizeState, Resized,
 };
 use crate::runtime::Runtime;
 use crate::wasm_provisioner::WasmProvisioner;
@@ -530,7 +531,27 @@ impl Provisioner for PluginRegistry {
                 reserve_bytes: c.reserve_bytes,
                 max_volume_bytes: p.output_policy().max_capacity_bytes,
             }),
+            reports_capacity: p.reports_capacity(),
         })
+    }
+
+    async fn capacity(
+        &self,
+        plugin: &str,
+        class: &StorageClass,
+        node: &Node,
+    ) -> Result<Option<ReportedCapacity>, String> {
+        let backend = self.serving_version(plugin)?;
+        let started = Instant::now();
+        let result = backend.capacity(class, node).await;
+        let outcome = match &result {
+            Ok(Some(_)) => "ok",
+            Ok(None) => "none",
+            Err(_) => "failed",
+        };
+        self.metrics
+            .plugin_call(plugin, "capacity", outcome, started.elapsed());
+        result
     }
 
     async fn provision(

@@ -553,11 +553,11 @@ fn check_describes_a_good_plugin() {
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
     for want in [
-        "contract:      wasmprov:provisioner@0.2.0 (supported by this host: 0.1.0, 0.2.0)",
+        "contract:      wasmprov:provisioner@0.3.0 (supported by this host: 0.1.0, 0.2.0, 0.3.0)",
         "digest:        sha256:",
-        "wasmprov:provisioner/plugin@0.2.0",
-        "wasmprov:provisioner/resizer@0.2.0",
-        "wasmprov:provisioner/logging@0.2.0",
+        "wasmprov:provisioner/plugin@0.3.0",
+        "wasmprov:provisioner/resizer@0.3.0",
+        "wasmprov:provisioner/logging@0.3.0",
         "block-volumes=false resize=true",
     ] {
         assert!(text.contains(want), "missing {want:?} in:\n{text}");
@@ -573,7 +573,7 @@ fn check_says_whether_a_plugin_grows_volumes() {
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
     assert!(
-        text.contains("contract:      wasmprov:provisioner@0.2.0"),
+        text.contains("contract:      wasmprov:provisioner@0.3.0"),
         "{text}"
     );
     assert!(text.contains("resize=false"), "{text}");

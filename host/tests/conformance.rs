@@ -206,7 +206,7 @@ fn every_plugin_passes_the_conformance_suite() {
         let contract = if dir.join("wit").exists() {
             "0.1.0"
         } else {
-            "0.2.0"
+            "0.3.0"
         };
         let load = run.row("load").map(|(_, d)| d).unwrap_or_default();
         if !load.contains(&format!("wasmprov:provisioner@{contract}")) {
@@ -233,12 +233,49 @@ fn every_plugin_passes_the_conformance_suite() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// `capacity` (contract 0.3): the figure is checked as a node host checks
+/// it, and must count the volumes the plugin makes; plugins without the
+/// export skip both checks, saying why.
+#[test]
+fn a_plugin_reporting_capacity_is_checked_as_a_node_host_would() {
+    let dir = workspace_root().join("tests/guests/capacity-pool/conformance");
+    let run = plugin_test(&guest_path("capacity-pool"), Some(&dir));
+    let capacity = run.rows("capacity");
+    assert_eq!(capacity.len(), 2, "{}", run.report());
+    assert_eq!(capacity[0].0, "PASS", "{}", run.report());
+    assert!(
+        capacity[0].1.contains("4Gi available, largest volume 4Gi"),
+        "{}",
+        run.report()
+    );
+    assert_eq!(capacity[1].0, "FAIL", "{}", run.report());
+    assert!(
+        capacity[1].1.contains("more than the whole filesystem of"),
+        "{}",
+        run.report()
+    );
+    let follows = run.rows("capacity counts new volumes");
+    assert_eq!(follows[0].0, "PASS", "{}", run.report());
+    assert!(
+        follows[0]
+            .1
+            .contains("2Gi available after 2 volume(s), 4Gi before"),
+        "{}",
+        run.report()
+    );
+    assert_eq!(follows[1].0, "SKIP", "{}", run.report());
+
+    let hostpath_dir = workspace_root().join("plugins/hostpath/conformance");
+    let hostpath = plugin_test(&plugin_path("hostpath"), Some(&hostpath_dir));
+    hostpath.assert_row("capacity", "SKIP", &["does not export capacity"]);
+}
+
 #[test]
 fn a_broken_plugin_fails_with_a_table_that_says_what_is_wrong() {
     let dir = workspace_root().join("tests/guests/broken-plugin/conformance");
     let run = plugin_test(&guest_path("broken-plugin"), Some(&dir));
     assert_eq!(run.output.status.code(), Some(1), "{}", run.report());
-    run.assert_row("load", "PASS", &["wasmprov:provisioner@0.2.0"]);
+    run.assert_row("load", "PASS", &["wasmprov:provisioner@0.3.0"]);
     run.assert_row("provision", "PASS", &["capacity 1Gi", "hostPath"]);
     run.assert_row(
         "provision is idempotent",
@@ -278,7 +315,7 @@ fn a_broken_plugin_fails_with_a_table_that_says_what_is_wrong() {
     );
     assert!(
         run.stdout()
-            .contains("FAILED: 7 passed, 7 failed, 3 skipped"),
+            .contains("FAILED: 7 passed, 7 failed, 5 skipped"),
         "{}",
         run.report()
     );

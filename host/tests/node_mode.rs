@@ -39,10 +39,12 @@ on_both_servers!(
     the_janitor_warns_once_when_a_claims_node_has_no_live_host,
 );
 
-/// A host serving `dir` with the hostpath plugin: on `node` (node mode,
-/// `runsOn: node`), or centrally.
+/// A host serving `dir` with the hostpath plugin (or another, [`Served`]):
+/// on `node` (node mode, `runsOn: node`), or centrally.
 struct Host {
     metrics: Arc<Metrics>,
+    /// The plugin it serves.
+    plugin: &'static str,
     /// Whether it is the node hosts' janitor (as if elected).
     janitor: tokio::sync::watch::Sender<bool>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -67,21 +69,35 @@ impl Host {
         janitor: bool,
         configure: impl FnOnce(&mut lifecycle::Config),
     ) -> Self {
+        Self::start_serving(client, Served::HOSTPATH, dir, node, janitor, configure).await
+    }
+
+    /// [`Host::start_with`] serving `served` in `dir`.
+    async fn start_serving(
+        client: Client,
+        served: Served,
+        dir: &Path,
+        node: Option<&str>,
+        janitor: bool,
+        configure: impl FnOnce(&mut lifecycle::Config),
+    ) -> Self {
         let (side, runs_on, provisioner) = match node {
             Some(_) => (RunsOn::Node, "node", NODE_PROVISIONER),
             None => (RunsOn::Central, "central", CENTRAL_PROVISIONER),
         };
         let policy = format!(
-            "plugins:\n  hostpath:\n    runsOn: {runs_on}\n    \
-             preopens: [{{host: {dir}, guest: /volumes, mode: read-write}}]\n    \
+            "plugins:\n  {name}:\n    runsOn: {runs_on}\n    \
+             preopens: [{{host: {dir}, guest: {guest}, mode: read-write}}]\n    \
              output: {{sources: [hostPath], paths: [{dir}]}}\n",
+            name = served.name,
+            guest = served.guest_dir,
             dir = dir.display()
         );
         let policies = PolicySet::parse_for(&policy, Path::new("policy.yaml"), side).unwrap();
         let plugins = tempfile::tempdir().unwrap();
         std::fs::copy(
-            rust_plugin_path("hostpath"),
-            plugins.path().join("hostpath.wasm"),
+            (served.wasm)(),
+            plugins.path().join(format!("{}.wasm", served.name)),
         )
         .unwrap();
         let metrics = Arc::new(Metrics::default());
@@ -107,6 +123,7 @@ impl Host {
             });
         Self {
             metrics,
+            plugin: served.name,
             janitor,
             stop: Some(tx),
             task: tokio::spawn(lifecycle),
@@ -115,7 +132,7 @@ impl Host {
 
     /// Calls of the plugin's `call`, whatever their result.
     fn plugin_calls(&self, call: &str) -> u64 {
-        plugin_calls(&self.metrics, "hostpath", call)
+        plugin_calls(&self.metrics, self.plugin, call)
     }
 
     async fn stop(mut self) {
@@ -124,6 +141,23 @@ impl Host {
         }
         let _ = self.task.await;
     }
+}
+
+/// The plugin a test host serves.
+#[derive(Clone, Copy)]
+struct Served {
+    name: &'static str,
+    wasm: fn() -> std::path::PathBuf,
+    /// Where it sees its read-write directory.
+    guest_dir: &'static str,
+}
+
+impl Served {
+    const HOSTPATH: Self = Self {
+        name: "hostpath",
+        wasm: || rust_plugin_path("hostpath"),
+        guest_dir: "/volumes",
+    };
 }
 
 async fn create_class(client: &Client, name: &str, provisioner: &str, dir: &Path, binding: &str) {

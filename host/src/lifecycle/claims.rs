@@ -232,7 +232,16 @@ async fn provision<P: Provisioner>(
 
     // Node mode: the room the claim asks for is promised to it until its
     // volume is saved, or let go.
-    let promise = match capacity::promise_room(claim, &pv_name, plugin, info, ctx) {
+    let promised = capacity::promise_room(
+        claim,
+        &pv_name,
+        plugin,
+        info,
+        &class,
+        selected_node.as_ref(),
+        ctx,
+    );
+    let promise = match promised.await {
         Ok(promise) => promise,
         Err(refused) => {
             ctx.metrics

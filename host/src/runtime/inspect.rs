@@ -3,7 +3,9 @@
 use wasmtime::component::Component;
 use wasmtime::Engine;
 
-use super::bindings::{LOGGING_INTERFACE, PLUGIN_INTERFACE, RESIZER_INTERFACE, SUPPORTED_VERSIONS};
+use super::bindings::{
+    CAPACITY_INTERFACE, LOGGING_INTERFACE, PLUGIN_INTERFACE, RESIZER_INTERFACE, SUPPORTED_VERSIONS,
+};
 
 /// What kind of WebAssembly a byte string holds, from its 8-byte header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,28 +70,45 @@ pub fn check_contract(surface: &Surface) -> Result<String, Mismatch> {
     {
         check_version(LOGGING_INTERFACE, &import[log_prefix.len()..])?;
     }
-    let resizer_prefix = format!("{RESIZER_INTERFACE}@");
-    if let Some(resizer) = surface
-        .exports
-        .iter()
-        .find(|e| e.starts_with(&resizer_prefix))
-    {
-        let found = &resizer[resizer_prefix.len()..];
-        // The resizer is new in 0.2; it must come from the plugin's version.
-        if semver_prefix(found) != semver_prefix(version) || version.starts_with("0.1.") {
-            return Err(Mismatch::UnsupportedVersion {
-                interface: RESIZER_INTERFACE.to_owned(),
-                found: found.to_owned(),
-            });
+    // An optional hook must come from the plugin's own version, one that
+    // has it: `resizer` is new in 0.2, `capacity` in 0.3.
+    for (interface, since_minor) in [(RESIZER_INTERFACE, 2), (CAPACITY_INTERFACE, 3)] {
+        if let Some(found) = export_version(surface, interface) {
+            let fits = semver_prefix(found) == semver_prefix(version)
+                && semver_prefix(version).is_some_and(|(_, minor)| minor >= since_minor);
+            if !fits {
+                return Err(Mismatch::UnsupportedVersion {
+                    interface: interface.to_owned(),
+                    found: found.to_owned(),
+                });
+            }
         }
     }
     Ok(version.to_owned())
 }
 
-/// Whether the component exports the optional `resizer` hook.
-pub fn exports_resizer(surface: &Surface) -> bool {
-    let prefix = format!("{RESIZER_INTERFACE}@");
-    surface.exports.iter().any(|e| e.starts_with(&prefix))
+/// Which optional hooks a component exports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Optional {
+    /// `resizer`: it grows volumes.
+    pub resizer: bool,
+    /// `capacity`: it reports a node's room for its volumes.
+    pub capacity: bool,
+}
+
+pub fn optional_exports(surface: &Surface) -> Optional {
+    Optional {
+        resizer: export_version(surface, RESIZER_INTERFACE).is_some(),
+        capacity: export_version(surface, CAPACITY_INTERFACE).is_some(),
+    }
+}
+
+/// The version of `interface` the component exports, if it does.
+fn export_version<'s>(surface: &'s Surface, interface: &str) -> Option<&'s str> {
+    surface.exports.iter().find_map(|e| {
+        e.strip_prefix(interface)
+            .and_then(|rest| rest.strip_prefix('@'))
+    })
 }
 
 fn check_version(interface: &str, found: &str) -> Result<(), Mismatch> {
@@ -140,12 +159,12 @@ mod tests {
 
     #[test]
     fn versions_follow_component_model_semver() {
-        let ok = ["0.1.0", "0.1.7", "0.1.0-rc1", "0.2.0", "0.2.3"];
+        let ok = ["0.1.0", "0.1.7", "0.1.0-rc1", "0.2.0", "0.2.3", "0.3.0"];
         for v in ok {
             let s = surface(&[&format!("wasmprov:provisioner/plugin@{v}")], &[]);
             assert_eq!(check_contract(&s), Ok(v.to_string()));
         }
-        for v in ["0.3.0", "1.0.0", "x"] {
+        for v in ["0.4.0", "1.0.0", "x"] {
             let s = surface(&[&format!("wasmprov:provisioner/plugin@{v}")], &[]);
             assert!(
                 matches!(check_contract(&s), Err(Mismatch::UnsupportedVersion { .. })),
@@ -154,7 +173,7 @@ mod tests {
         }
         let s = surface(
             &["wasmprov:provisioner/plugin@0.1.0"],
-            &["wasmprov:provisioner/logging@0.3.0"],
+            &["wasmprov:provisioner/logging@0.4.0"],
         );
         assert!(matches!(
             check_contract(&s),
@@ -163,10 +182,10 @@ mod tests {
     }
 
     #[test]
-    fn the_resizer_is_optional_and_from_the_plugins_version() {
+    fn optional_hooks_come_from_the_plugins_version() {
         let plain = surface(&["wasmprov:provisioner/plugin@0.2.0"], &[]);
         assert_eq!(check_contract(&plain), Ok("0.2.0".into()));
-        assert!(!exports_resizer(&plain));
+        assert_eq!(optional_exports(&plain), Optional::default());
         let resizable = surface(
             &[
                 "wasmprov:provisioner/plugin@0.2.0",
@@ -175,18 +194,44 @@ mod tests {
             &[],
         );
         assert_eq!(check_contract(&resizable), Ok("0.2.0".into()));
-        assert!(exports_resizer(&resizable));
-        let mixed = surface(
+        assert!(optional_exports(&resizable).resizer);
+        let reporting = surface(
             &[
-                "wasmprov:provisioner/plugin@0.1.0",
-                "wasmprov:provisioner/resizer@0.2.0",
+                "wasmprov:provisioner/plugin@0.3.1",
+                "wasmprov:provisioner/capacity@0.3.1",
             ],
             &[],
         );
-        assert!(matches!(
-            check_contract(&mixed),
-            Err(Mismatch::UnsupportedVersion { .. })
-        ));
+        assert_eq!(check_contract(&reporting), Ok("0.3.1".into()));
+        assert_eq!(
+            optional_exports(&reporting),
+            Optional {
+                resizer: false,
+                capacity: true
+            }
+        );
+        for (plugin, hook) in [
+            ("plugin@0.1.0", "resizer@0.2.0"),
+            ("plugin@0.1.0", "resizer@0.1.0"),
+            ("plugin@0.2.0", "capacity@0.3.0"),
+            ("plugin@0.2.0", "capacity@0.2.0"),
+            ("plugin@0.3.0", "resizer@0.2.0"),
+        ] {
+            let mixed = surface(
+                &[
+                    &format!("wasmprov:provisioner/{plugin}"),
+                    &format!("wasmprov:provisioner/{hook}"),
+                ],
+                &[],
+            );
+            assert!(
+                matches!(
+                    check_contract(&mixed),
+                    Err(Mismatch::UnsupportedVersion { .. })
+                ),
+                "{plugin} {hook}"
+            );
+        }
     }
 
     #[test]

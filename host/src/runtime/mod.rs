@@ -253,8 +253,13 @@ impl Runtime {
         // What wasmtime-wasi has no permission for: links, moves and special
         // files (`fs_guard`).
         fs_guard::add_to_linker(&mut linker).map_err(engine_err)?;
-        // Both contract versions' imports: a component built against either
-        // links.
+        // Every contract version's imports: a component built against any
+        // of them links.
+        bindings::v0_3::FullProvisioner::add_to_linker::<_, wasmtime::component::HasSelf<_>>(
+            &mut linker,
+            |s| s,
+        )
+        .map_err(engine_err)?;
         bindings::v0_2::ResizableProvisioner::add_to_linker::<_, wasmtime::component::HasSelf<_>>(
             &mut linker,
             |s| s,
@@ -424,7 +429,7 @@ impl Runtime {
         let hooks = Hooks::new(
             instance_pre,
             &contract_version,
-            inspect::exports_resizer(&surface),
+            inspect::optional_exports(&surface),
         )
         .map_err(|e| LoadError::Signature {
             plugin: name(),

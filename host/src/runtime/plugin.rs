@@ -11,6 +11,7 @@ use super::bindings::types::{
     DeleteError, DeleteRequest, PluginCapabilities as Capabilities, ProvisionError,
     ProvisionRequest, ResizeError, ResizeRequest, ResizedVolume, Volume,
 };
+use super::bindings::{CapacityReport, CapacityRequest};
 use super::in_flight::{CallsInFlight, InFlight};
 use super::limits::MemoryLimitExceeded;
 use super::sandbox::CallState;
@@ -189,6 +190,28 @@ impl Plugin {
         let hooks = &self.compiled.hooks;
         let outcome = call
             .bounded(async |store| hooks.resize(store, request).await)
+            .await;
+        call.finish(outcome)
+    }
+
+    /// Whether the plugin reports a node's room for its volumes: it exports
+    /// `capacity` (contract 0.3).
+    pub fn reports_capacity(&self) -> bool {
+        self.compiled.hooks.has_capacity()
+    }
+
+    /// Runs the plugin's `capacity` for one class and node in a fresh
+    /// instance. A plugin without it ([`Plugin::reports_capacity`]) fails
+    /// the call.
+    pub async fn capacity(
+        &self,
+        request: &CapacityRequest,
+    ) -> Result<Result<Option<CapacityReport>, String>, CallError> {
+        let subject = format!("capacity of {}", request.storage_class.name);
+        let mut call = self.begin(&subject).await?;
+        let hooks = &self.compiled.hooks;
+        let outcome = call
+            .bounded(async |store| hooks.capacity(store, request).await)
             .await;
         call.finish(outcome)
     }

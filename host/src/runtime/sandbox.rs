@@ -11,11 +11,11 @@ use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::sockets::SocketAddrUse;
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-use super::bindings::{types, v0_1, v0_2};
+use super::bindings::{types, v0_1, v0_2, v0_3};
 use super::limits::CallLimiter;
 use crate::policy::{DirMode, SandboxPolicy};
 use crate::text::{escape_control, untrusted};
-use v0_2::wasmprov::provisioner::logging;
+use v0_3::wasmprov::provisioner::logging;
 
 /// How much a single call may log before the host starts dropping lines.
 /// Keeps a misbehaving plugin from flooding the host's log pipeline.
@@ -215,24 +215,32 @@ impl logging::Host for CallState {
     }
 }
 
-impl v0_1::wasmprov::provisioner::logging::Host for CallState {
-    fn log(
-        &mut self,
-        level: v0_1::wasmprov::provisioner::logging::Level,
-        message: String,
-        fields: Vec<(String, String)>,
-    ) {
-        use v0_1::wasmprov::provisioner::logging::Level as Old;
-        let level = match level {
-            Old::Trace => logging::Level::Trace,
-            Old::Debug => logging::Level::Debug,
-            Old::Info => logging::Level::Info,
-            Old::Warn => logging::Level::Warn,
-            Old::Error => logging::Level::Error,
-        };
-        CallState::log(self, level, message, fields)
-    }
+/// The `logging` import of an older contract version: the same function,
+/// its own (identical) level type.
+macro_rules! older_logging {
+    ($version:ident) => {
+        impl $version::wasmprov::provisioner::logging::Host for CallState {
+            fn log(
+                &mut self,
+                level: $version::wasmprov::provisioner::logging::Level,
+                message: String,
+                fields: Vec<(String, String)>,
+            ) {
+                use $version::wasmprov::provisioner::logging::Level as Old;
+                let level = match level {
+                    Old::Trace => logging::Level::Trace,
+                    Old::Debug => logging::Level::Debug,
+                    Old::Info => logging::Level::Info,
+                    Old::Warn => logging::Level::Warn,
+                    Old::Error => logging::Level::Error,
+                };
+                CallState::log(self, level, message, fields)
+            }
+        }
+    };
 }
+older_logging!(v0_1);
+older_logging!(v0_2);
 
 /// A guest's stdout or stderr: keeps the first bytes, drops the rest without
 /// failing the guest's writes.

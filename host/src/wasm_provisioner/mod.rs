@@ -11,13 +11,15 @@ mod volume;
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::PersistentVolume;
+use k8s_openapi::api::core::v1::{Node, PersistentVolume};
+use k8s_openapi::api::storage::v1::StorageClass;
 
 use crate::policy::OutputPolicy;
 use crate::provisioner::{
-    DeleteError, DeleteState, ProvisionError, ProvisionOptions, ProvisionState, ResizeError,
-    ResizeOptions, ResizeState, Resized,
+    DeleteError, DeleteState, ProvisionError, ProvisionOptions, ProvisionState, ReportedCapacity,
+    ResizeError, ResizeOptions, ResizeState, Resized,
 };
+use crate::quantity::Bytes;
 use crate::runtime::bindings::types as wit;
 use crate::runtime::{CallError, Plugin};
 use crate::text::untrusted;
@@ -274,6 +276,69 @@ impl WasmProvisioner {
             capacity_bytes: resized.capacity_bytes,
             node_expansion_required: resized.node_expansion_required,
         })
+    }
+
+    /// Whether the plugin reports a node's room itself (it exports `capacity`).
+    pub fn reports_capacity(&self) -> bool {
+        self.plugin.reports_capacity()
+    }
+
+    /// Asks the plugin what `node` can still take for new volumes of
+    /// `class`, and checks that the answer makes sense on its own (the
+    /// lifecycle checks it against the node's disk).
+    pub async fn capacity(
+        &self,
+        class: &StorageClass,
+        node: &Node,
+    ) -> Result<Option<ReportedCapacity>, String> {
+        let name = self.plugin.name();
+        let class_name = class.metadata.name.as_deref().unwrap_or_default();
+        let node_name = node.metadata.name.as_deref().unwrap_or_default();
+        if !self.reports_capacity() {
+            return Err(format!(
+                "plugin {name} does not report capacity: it does not export {}",
+                crate::runtime::bindings::CAPACITY_INTERFACE
+            ));
+        }
+        let request = request::capacity_request(class, node)?;
+        let report = match self.plugin.capacity(&request).await {
+            Ok(Ok(Some(report))) => report,
+            Ok(Ok(None)) => return Ok(None),
+            Ok(Err(m)) => {
+                return Err(format!(
+                    "plugin {name} could not tell the capacity of StorageClass {class_name} on \
+                     node {node_name}: {}",
+                    untrusted(&m, MAX_MESSAGE_BYTES)
+                ))
+            }
+            Err(e) => return Err(e.to_string()),
+        };
+        let bug = |what: String| {
+            Err(format!(
+                "plugin {name} reported {what} for StorageClass {class_name} on node \
+                 {node_name}; this is a bug in the plugin"
+            ))
+        };
+        let available = report.available_bytes;
+        // A quantity holds at most i64::MAX; more is no real disk (a
+        // negative number turned unsigned, more likely).
+        if available > i64::MAX as u64 {
+            return bug(format!(
+                "{available} bytes available, more than any disk holds (a negative number?)"
+            ));
+        }
+        let maximum = report.maximum_volume_bytes.unwrap_or(available);
+        if maximum > available {
+            return bug(format!(
+                "a largest volume of {} with only {} available",
+                Bytes(maximum),
+                Bytes(available)
+            ));
+        }
+        Ok(Some(ReportedCapacity {
+            available_bytes: available,
+            maximum_volume_bytes: maximum.min(self.output.max_capacity_bytes),
+        }))
     }
 
     /// Asks the plugin to delete the storage of a released volume.

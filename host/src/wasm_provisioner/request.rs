@@ -10,7 +10,7 @@ use crate::provisioner::{
     annotations, DeleteError, ProvisionError, ProvisionOptions, ProvisionState, PLUGIN_PARAMETER,
 };
 use crate::quantity;
-use crate::runtime::bindings::types as wit;
+use crate::runtime::bindings::{types as wit, CapacityRequest};
 
 use super::source;
 
@@ -199,6 +199,17 @@ fn storage_class(class: &StorageClass) -> Result<wit::StorageClass, ProvisionErr
                     .collect(),
             })
             .collect(),
+    })
+}
+
+/// The plugin's `capacity-request` for new volumes of `class` on `node`.
+pub(super) fn capacity_request(
+    class: &StorageClass,
+    node: &Node,
+) -> Result<CapacityRequest, String> {
+    Ok(CapacityRequest {
+        storage_class: storage_class(class).map_err(|e| e.message)?,
+        node: self::node(node),
     })
 }
 

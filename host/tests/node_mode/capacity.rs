@@ -15,11 +15,12 @@ use kube::{Api, Client};
 use wasmprov::lifecycle::capacity::publish::Publishing;
 
 use super::support::*;
-use super::{Host, NODE_PROVISIONER};
+use super::{Host, Served, NODE_PROVISIONER};
 
 on_both_servers!(
     a_node_host_publishes_its_room_and_never_promises_it_twice,
     a_node_host_that_cannot_measure_its_disk_says_so_on_the_class,
+    the_room_a_plugin_reports_is_checked_then_published_and_never_promised_twice,
 );
 
 const MI: u64 = 1 << 20;
@@ -106,11 +107,11 @@ async fn published_until(client: &Client, class: &str, what: &str, ok: impl Fn(u
     eprintln!("{what}: {got} bytes");
 }
 
-async fn claim_of(client: &Client, name: &str, size: &str, node: &str) {
+async fn claim_of(client: &Client, class: &str, name: &str, size: &str, node: &str) {
     let claim: PersistentVolumeClaim = serde_json::from_value(serde_json::json!({
         "metadata": {"name": name, "namespace": "default",
                      "annotations": {"volume.kubernetes.io/selected-node": node}},
-        "spec": {"storageClassName": "local", "accessModes": ["ReadWriteOnce"],
+        "spec": {"storageClassName": class, "accessModes": ["ReadWriteOnce"],
                  "resources": {"requests": {"storage": size}}},
     }))
     .unwrap();
@@ -136,12 +137,27 @@ async fn publishing_host(admin: &Client, dir: &Path, poll: Duration) -> Host {
 /// A class of the hostpath plugin in `dir`, served by the node hosts,
 /// waiting for a consumer, whose volumes may grow.
 async fn create_class(client: &Client, name: &str, dir: &Path) {
+    create_class_of(client, name, "hostpath", dir, &[]).await
+}
+
+/// [`create_class`] for `plugin`, with more `parameters`.
+async fn create_class_of(
+    client: &Client,
+    name: &str,
+    plugin: &str,
+    dir: &Path,
+    parameters: &[(&str, &str)],
+) {
+    let mut params = serde_json::json!({"plugin": plugin, "hostRoot": dir.display().to_string()});
+    for (key, value) in parameters {
+        params[key] = serde_json::json!(value);
+    }
     let class: StorageClass = serde_json::from_value(serde_json::json!({
         "metadata": {"name": name},
         "provisioner": NODE_PROVISIONER,
         "volumeBindingMode": "WaitForFirstConsumer",
         "allowVolumeExpansion": true,
-        "parameters": {"plugin": "hostpath", "hostRoot": dir.display().to_string()},
+        "parameters": params,
     }))
     .unwrap();
     Api::<StorageClass>::all(client.clone())
@@ -169,7 +185,7 @@ async fn a_node_host_publishes_its_room_and_never_promises_it_twice(server: Serv
     // Twenty claims of 6Mi race for a 64Mi disk: ten fit.
     let names: Vec<String> = (0..20).map(|i| format!("race-{i}")).collect();
     for name in &names {
-        claim_of(&admin, name, "6Mi", "n1").await;
+        claim_of(&admin, "local", name, "6Mi", "n1").await;
     }
     let claims = Api::<PersistentVolumeClaim>::namespaced(admin.clone(), "default");
     let (bound, handed_back) = eventually("every racing claim is bound or handed back", || async {
@@ -295,6 +311,165 @@ async fn a_node_host_that_cannot_measure_its_disk_says_so_on_the_class(server: S
         assert!(said[0].contains(part), "{said:?}");
     }
     assert!(said[0].contains(&disk.display().to_string()), "{said:?}");
+    host.stop().await;
+}
+
+/// The test guest that reports the room of a pool itself.
+const POOL: Served = Served {
+    name: "pool",
+    wasm: || rust_guest_path("capacity-pool"),
+    guest_dir: "/pool",
+};
+
+/// A plugin that reports its room itself (contract 0.3's `capacity`): what
+/// it says is published once the host checked it against the disk, claims
+/// racing for it get exactly what it holds (the plugin itself never
+/// refuses one), and a figure that makes no sense is refused with a
+/// warning on the class, the host's own figure published instead.
+async fn the_room_a_plugin_reports_is_checked_then_published_and_never_promised_twice(
+    server: Server,
+) {
+    let (_api, admin) = TestApi::start(
+        server,
+        &super::NODES,
+        Default::default(),
+        Default::default(),
+    )
+    .await;
+    let disk = Tmpfs::mount(64 * MI);
+    let (size, largest) = ((60 * MI).to_string(), (20 * MI).to_string());
+    let pool = [("size", size.as_str()), ("largest", largest.as_str())];
+    create_class_of(&admin, "pool", "pool", disk.path(), &pool).await;
+    let host = Host::start_serving(admin.clone(), POOL, disk.path(), Some("n1"), false, |c| {
+        c.publish_capacity = Some(Publishing {
+            namespace: "default".into(),
+            owner: None,
+            poll_interval: Duration::from_secs(2),
+        });
+    })
+    .await;
+    eventually("the pool's own figure is published", || async {
+        (published(&admin, "pool").await? == (60 * MI, 20 * MI)).then_some(())
+    })
+    .await;
+
+    // Twenty claims of 6Mi race for a pool of 60Mi: ten fit, though the
+    // plugin would make all twenty.
+    let names: Vec<String> = (0..20).map(|i| format!("pool-{i}")).collect();
+    for name in &names {
+        claim_of(&admin, "pool", name, "6Mi", "n1").await;
+    }
+    let claims = Api::<PersistentVolumeClaim>::namespaced(admin.clone(), "default");
+    let (bound, handed_back) = eventually("every racing claim is bound or handed back", || async {
+        let all = claims.list(&ListParams::default()).await.ok()?.items;
+        let (bound, handed_back) = bound_and_handed_back(&all, "pool-");
+        (bound.len() + handed_back.len() == names.len()).then_some((bound, handed_back))
+    })
+    .await;
+    assert_eq!((bound.len(), handed_back.len()), (10, 10), "{bound:?}");
+    let warned = warnings_of(&admin, handed_back.first().unwrap()).await;
+    assert!(
+        warned.iter().any(|w| w
+            .contains("node n1 cannot hold 6Mi for StorageClass pool: plugin pool reports")
+            && w.contains("asking the scheduler for another node")),
+        "{warned:?}"
+    );
+    eventually("the pool's figure follows its volumes", || async {
+        (published(&admin, "pool").await? == (0, 0)).then_some(())
+    })
+    .await;
+
+    // Figures that make no sense are refused, saying why on the class; the
+    // host's own figure for the disk is published instead.
+    let too_large = (1u64 << 40).to_string();
+    let bad = [
+        (
+            "negative",
+            vec![("report", "negative")],
+            "more than any disk holds",
+        ),
+        (
+            "too-large",
+            vec![("size", too_large.as_str())],
+            "more than the whole filesystem of",
+        ),
+        (
+            "inconsistent",
+            vec![("report", "larger-than-available")],
+            "a largest volume of 2 with only 1 available",
+        ),
+        (
+            "failing",
+            vec![("report", "fail")],
+            "capacity-pool: deliberate failure",
+        ),
+    ];
+    for (class, parameters, _) in &bad {
+        create_class_of(&admin, class, "pool", disk.path(), parameters).await;
+    }
+    create_class_of(
+        &admin,
+        "unreported",
+        "pool",
+        disk.path(),
+        &[("report", "none")],
+    )
+    .await;
+    for (class, _, why) in &bad {
+        let said = eventually(
+            "the class says why its plugin's figure was refused",
+            || async {
+                let events = events_about(&admin, "default", class).await?;
+                let warnings: Vec<String> = (events.into_iter())
+                    .filter(|e| e.reason.as_deref() == Some("NodeCapacity"))
+                    .filter_map(|e| e.message)
+                    .collect();
+                (!warnings.is_empty()).then_some(warnings)
+            },
+        )
+        .await;
+        assert!(
+            said[0].contains(why)
+                && said[0].contains("node n1")
+                && said[0].contains(&format!("StorageClass {class}"))
+                && said[0].contains("the host publishes its own figure"),
+            "{class}: {said:?}"
+        );
+    }
+    for class in [
+        "negative",
+        "too-large",
+        "inconsistent",
+        "failing",
+        "unreported",
+    ] {
+        let (capacity, max) = eventually("the host's own figure is published", || async {
+            published(&admin, class).await
+        })
+        .await;
+        assert!(
+            capacity <= 64 * MI && max <= capacity,
+            "{class}: {capacity}"
+        );
+    }
+    let unreported = events_about(&admin, "default", "unreported").await;
+    assert!(
+        !unreported
+            .unwrap_or_default()
+            .iter()
+            .any(|e| e.type_.as_deref() == Some("Warning")),
+        "a plugin with no better figure is no error"
+    );
+
+    // Volumes go: the pool's room comes back.
+    for name in &names {
+        claims.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    eventually("the pool's room comes back", || async {
+        (published(&admin, "pool").await? == (60 * MI, 20 * MI)).then_some(())
+    })
+    .await;
+    assert_eq!(host.plugin_calls("provision"), 10);
     host.stop().await;
 }
 

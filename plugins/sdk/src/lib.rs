@@ -29,8 +29,10 @@
 //!
 //! A plugin that can grow its volumes also implements [`Resizer`] and calls
 //! [`export_resizable_plugin!`] instead: its component then exports the
-//! optional `resizer` of `wasmprov:provisioner@0.2.0` (world
-//! `resizable-provisioner`).
+//! optional `resizer` of `wasmprov:provisioner@0.3.0` (world
+//! `resizable-provisioner`). A plugin that knows how much room a node has
+//! left for its volumes better than the host (a pool, a backend of its own)
+//! also implements [`Capacity`] and calls [`export_capacity!`] as well.
 //!
 //! The WIT bindings are generated once, here ([`bindings`]), from the
 //! repository's `wit/provisioner.wit`; plugins neither regenerate nor depend on
@@ -69,8 +71,31 @@ pub mod bindings {
         default_bindings_module: "wasmprov_plugin::bindings",
         runtime_path: "wasmprov_plugin::wit_bindgen::rt",
         with: {
-            "wasmprov:provisioner/types@0.2.0": wasmprov_plugin_resizable::wasmprov::provisioner::types,
-            "wasmprov:provisioner/logging@0.2.0": wasmprov_plugin_resizable::wasmprov::provisioner::logging,
+            "wasmprov:provisioner/types@0.3.0": wasmprov_plugin_resizable::wasmprov::provisioner::types,
+            "wasmprov:provisioner/logging@0.3.0": wasmprov_plugin_resizable::wasmprov::provisioner::logging,
+        },
+    });
+}
+
+/// The bindings of the optional `capacity` export alone, in a world of its
+/// own: [`export_capacity!`] adds it to a plugin's other exports (the
+/// component's worlds are merged when it is linked).
+pub mod capacity_bindings {
+    wit_bindgen::generate!({
+        path: "wit",
+        inline: "
+            package wasmprov:plugin-sdk;
+            world capacity-export {
+                export wasmprov:provisioner/capacity@0.3.0;
+            }
+        ",
+        world: "wasmprov:plugin-sdk/capacity-export",
+        pub_export_macro: true,
+        export_macro_name: "export_capacity_hook",
+        default_bindings_module: "wasmprov_plugin::capacity_bindings",
+        runtime_path: "wasmprov_plugin::wit_bindgen::rt",
+        with: {
+            "wasmprov:provisioner/types@0.3.0": wasmprov_plugin_resizable::wasmprov::provisioner::types,
         },
     });
 }
@@ -80,6 +105,9 @@ pub mod bindings {
 pub use wasmprov_plugin_resizable as resizable_bindings;
 
 pub use bindings::exports::wasmprov::provisioner::plugin::Guest as Plugin;
+pub use capacity_bindings::exports::wasmprov::provisioner::capacity::{
+    CapacityReport, CapacityRequest, Guest as Capacity,
+};
 pub use params::{ParamError, Params};
 pub use resizable_bindings::exports::wasmprov::provisioner::resizer::Guest as Resizer;
 pub use resizable_bindings::wasmprov::provisioner::logging::Level;
@@ -134,6 +162,19 @@ macro_rules! export_resizable_plugin {
         }
         $crate::resizable_bindings::export!(
             __WasmprovResizable with_types_in $crate::resizable_bindings
+        );
+    };
+}
+
+/// Exports a type implementing [`Capacity`] as the optional `capacity`
+/// hook of this component, besides its [`export_plugin!`] or
+/// [`export_resizable_plugin!`]: the plugin then tells node hosts how much
+/// room a node has left for its volumes (contract 0.3).
+#[macro_export]
+macro_rules! export_capacity {
+    ($ty:ident) => {
+        $crate::capacity_bindings::export_capacity_hook!(
+            $ty with_types_in $crate::capacity_bindings
         );
     };
 }

@@ -19,22 +19,27 @@
 //! else is on the filesystem is already out of `free`. A volume's size is
 //! no quota: a volume written past its size takes what others were
 //! promised, which `free` then shows.
+//!
+//! A plugin that knows better (it exports `capacity`, contract 0.3) gives
+//! the figure for its classes instead, checked first ([`reported`]).
 
 pub mod disk;
 pub mod publish;
+mod reported;
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::ResourceExt;
 
 use super::nodes::{self, OwnNode};
 use super::Context;
 use crate::provisioner::{
-    NodeStorage, PluginInfo, ProvisionError, ProvisionState, ResizeError, ResizeState,
+    NodeStorage, PluginInfo, ProvisionError, ProvisionState, Provisioner, ResizeError, ResizeState,
 };
 use crate::quantity::{self, Bytes};
 use disk::Disk;
@@ -51,6 +56,8 @@ pub struct Ledger {
     reservations: Mutex<HashMap<String, Reservation>>,
     /// What each volume held when last measured, by PersistentVolume name.
     written: Mutex<HashMap<String, u64>>,
+    /// Volumes being made against the room their plugins report.
+    reported: Mutex<reported::Flights>,
     /// Woken whenever what is promised may have changed.
     changed: tokio::sync::Notify,
 }
@@ -69,21 +76,35 @@ struct Reservation {
 pub struct Promise<'a> {
     ledger: &'a Ledger,
     pv: String,
-    kept: bool,
+    kind: PromiseKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PromiseKind {
+    /// Room on the disk the host measures; `kept`: the volume holds it now.
+    Disk { kept: bool },
+    /// Room its plugin reports: counted until the plugin's next figure
+    /// counts the volume itself.
+    Reported,
 }
 
 impl Promise<'_> {
-    /// The volume was made (or grew): what it was promised stays counted
-    /// until the volume watch shows it at that size.
+    /// The volume was made (or grew): room on the disk stays counted until
+    /// the volume watch shows it at that size; room a plugin reports is
+    /// its own to count from now on.
     pub fn keep(mut self) {
-        self.kept = true;
+        if let PromiseKind::Disk { kept } = &mut self.kind {
+            *kept = true;
+        }
     }
 }
 
 impl Drop for Promise<'_> {
     fn drop(&mut self) {
-        if !self.kept {
-            self.ledger.release(&self.pv);
+        match self.kind {
+            PromiseKind::Disk { kept: false } => self.ledger.release(&self.pv),
+            PromiseKind::Disk { kept: true } => {}
+            PromiseKind::Reported => self.ledger.landed(&self.pv),
         }
     }
 }
@@ -194,7 +215,7 @@ impl Ledger {
         Ok(Promise {
             ledger: self,
             pv: pv.to_owned(),
-            kept: false,
+            kind: PromiseKind::Disk { kept: false },
         })
     }
 
@@ -230,33 +251,58 @@ impl Ledger {
     }
 }
 
-/// Node mode: promises the size `claim` asks for on this node's disk to
-/// its volume `pv`, or answers `reschedule` saying why it does not fit (the
-/// scheduler then picks another node). `None`: nothing to promise (a
-/// central host, or storage the host cannot measure).
-pub(super) fn promise_room<'a, P>(
+/// Node mode: promises the size `claim` asks for on this node to its
+/// volume `pv`, or answers `reschedule` saying why it does not fit (the
+/// scheduler then picks another node). The room is what `plugin` reports
+/// for `class` if it does, else the host's own figure for its disk. `None`:
+/// nothing to promise (a central host, or storage nobody can measure).
+pub(super) async fn promise_room<'a, P: Provisioner>(
     claim: &PersistentVolumeClaim,
     pv: &str,
     plugin: &str,
     info: &PluginInfo,
+    class: &StorageClass,
+    selected_node: Option<&Node>,
     ctx: &'a Context<P>,
 ) -> Result<Option<Promise<'a>>, ProvisionError> {
-    let (Some(own), Some(storage)) = (&ctx.config.node, &info.storage) else {
+    let Some(own) = &ctx.config.node else {
         return Ok(None);
     };
     let requests = claim.spec.as_ref().and_then(|s| s.resources.as_ref());
     let bytes = quantity::storage_of(requests.and_then(|r| r.requests.as_ref())).unwrap_or(0);
-    match ctx
-        .capacity
-        .reserve(pv, bytes, plugin, storage, &ctx.volumes.state(), own)
-    {
-        Ok(promise) => Ok(Some(promise)),
-        Err(Refusal::NoRoom(why)) => Err(ProvisionError::new(
+    let refused = |refusal| match refusal {
+        Refusal::NoRoom(why) => ProvisionError::new(
             ProvisionState::Reschedule,
             format!("{why}; asking the scheduler for another node"),
-        )),
-        Err(Refusal::Unmeasurable(why)) => Err(ProvisionError::new(ProvisionState::Failed, why)),
+        ),
+        Refusal::Unmeasurable(why) => ProvisionError::new(ProvisionState::Failed, why),
+    };
+    if info.reports_capacity {
+        let class_name = class.name_any();
+        let asking = ctx.capacity.asking(plugin, &class_name);
+        let node = reported::node_object(own, selected_node.cloned());
+        match reported::reported_room(ctx, plugin, info, class, &node, own).await {
+            Ok(Some(figure)) => {
+                return (ctx.capacity)
+                    .promise_reported(&asking, pv, bytes, &figure, own)
+                    .map(Some)
+                    .map_err(refused);
+            }
+            Ok(None) => {}
+            Err(why) => tracing::warn!(
+                class = %class_name,
+                "{why}; checking claim {} against the host's own figure instead",
+                claim.name_any()
+            ),
+        }
     }
+    let Some(storage) = &info.storage else {
+        return Ok(None);
+    };
+    ctx.capacity
+        .reserve(pv, bytes, plugin, storage, &ctx.volumes.state(), own)
+        .map(Some)
+        .map_err(refused)
 }
 
 /// Node mode: promises volume `pv` its new size `bytes` on this node's

@@ -20,6 +20,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::storage::v1::{CSIStorageCapacity, StorageClass};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
@@ -29,6 +30,7 @@ use kube::{Api, Resource, ResourceExt};
 use super::super::nodes::{OwnNode, HOSTNAME_LABEL};
 use super::super::reasons::NODE_CAPACITY;
 use super::super::Context;
+use super::reported;
 use crate::metrics::CapacityLabels;
 use crate::provisioner::{Provisioner, PLUGIN_PARAMETER};
 use crate::quantity::Bytes;
@@ -176,8 +178,9 @@ async fn publish_once<P: Provisioner>(
         published.measured = Some(Instant::now());
     }
     let mut desired = BTreeMap::new();
+    let mut node = None;
     for class in ctx.classes.state() {
-        if let Some(figures) = figures_for(ctx, own, &class, &volumes, published) {
+        if let Some(figures) = figures_for(ctx, own, &mut node, &class, &volumes, published).await {
             let name = class.name_any();
             desired.insert(object_name(own, &name), (name, figures));
         }
@@ -241,10 +244,14 @@ async fn publish_once<P: Provisioner>(
 }
 
 /// What this node can still give a new volume of `class`, if this host
-/// serves the class and can tell; warns once about what it cannot tell.
-fn figures_for<P: Provisioner>(
+/// serves the class and can tell: what its plugin reports, if it does,
+/// else the host's own figure for the plugin's directory. Warns once about
+/// what it cannot tell. `node`: this host's Node, read once a round when a
+/// plugin is to be told about it.
+async fn figures_for<P: Provisioner>(
     ctx: &Context<P>,
     own: &OwnNode,
+    node: &mut Option<Node>,
     class: &StorageClass,
     volumes: &[Arc<k8s_openapi::api::core::v1::PersistentVolume>],
     published: &mut Published,
@@ -269,6 +276,33 @@ fn figures_for<P: Provisioner>(
             );
         }
     };
+    if info.reports_capacity {
+        if node.is_none() {
+            *node = Some(reported::node_object(
+                own,
+                reported::read_node(ctx, own).await,
+            ));
+        }
+        let node = node.as_ref()?;
+        match reported::reported_room(ctx, plugin, &info, class, node, own).await {
+            Ok(Some(figure)) => {
+                return Some(Figures {
+                    capacity: figure.available_bytes,
+                    maximum_volume_size: figure.maximum_volume_bytes,
+                })
+            }
+            Ok(None) => {}
+            Err(why) => {
+                let instead = if info.storage.is_some() {
+                    "the host publishes its own figure for the plugin's directory meanwhile"
+                } else {
+                    "nothing is published for it meanwhile, so the scheduler puts none of its \
+                     pods there"
+                };
+                warn(format!("{why}; {instead}"));
+            }
+        }
+    }
     let Some(storage) = info.storage else {
         warn(format!(
             "node {}: plugin {plugin} grants no directory the node host can measure, so no \

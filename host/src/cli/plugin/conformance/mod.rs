@@ -42,6 +42,12 @@
 //! 17. **output within policy**: the output policy (`plugins.<name>.output`)
 //!     refused none of the volumes the plugin returned; each refusal says
 //!     what to grant, if the plugin is right to return it.
+//! 18. **capacity** (plugins exporting `capacity`, asked before check 2):
+//!     the plugin's figure for the class on a node makes sense (a largest
+//!     volume within what is available) and fits the filesystem of its
+//!     read-write directory, as a node host checks it; `none` passes.
+//! 19. **capacity counts new volumes** (asked after check 4): with the
+//!     volumes made, the figure is no larger than before.
 //!
 //! A check that had nothing to look at is SKIP, with the reason, never PASS.
 //! The plugin runs in the sandbox the policy gives it (`--policy`, entry
@@ -62,6 +68,7 @@ use sha2::{Digest, Sha256};
 use super::{load, read_object, read_objects, warn_about_class, PluginFile};
 use crate::cli::DEFAULT_PROVISIONER_NAME;
 
+mod capacity;
 mod requests;
 mod resize;
 mod suite;

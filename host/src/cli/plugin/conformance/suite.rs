@@ -44,7 +44,7 @@ struct Observed {
 pub(super) struct Suite {
     pub(super) provisioner: WasmProvisioner,
     pub(super) class: StorageClass,
-    node: Option<Node>,
+    pub(super) node: Option<Node>,
     /// Makes the claims' names (and so the volumes') new for every run.
     run_id: String,
     /// Prefixes each check when one run tests several classes.
@@ -76,10 +76,13 @@ impl Suite {
     pub(super) async fn run(mut self) -> Vec<Row> {
         let claim_a = self.claim("a", CLAIM_SIZE);
         let opts_a = self.options(&claim_a, self.class.clone());
+        let capacity = self.capacity_check().await;
         let pv_a = self.provision_checks(&opts_a).await;
         let mut cleanup = Vec::new();
         self.separate_volumes(pv_a.as_ref(), &opts_a.pv_name, &mut cleanup)
             .await;
+        let made = usize::from(pv_a.is_some()) + cleanup.len();
+        self.capacity_follows(capacity, made).await;
         let grown = self.resize_checks(pv_a.as_ref()).await;
         self.delete_checks(pv_a.as_ref()).await;
         if let Some(grown) = grown {

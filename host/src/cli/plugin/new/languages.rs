@@ -370,28 +370,30 @@ mod tests {
     }
 
     #[test]
-    fn the_sdks_carry_the_current_contract() {
+    fn the_sdks_carry_contract_0_2() {
         // Copies, not links: npm leaves links out of the package it
         // publishes, a Python sdist may keep them as links, and a C project
-        // carries its own copy.
-        let contract = include_str!("../../../../../wit/provisioner.wit");
+        // carries its own copy. They stay on 0.2.0 (the host runs it): 0.3.0
+        // only adds the optional `capacity` export, which these SDKs do not
+        // offer yet. Moving one means copying wit/provisioner.wit instead.
+        let contract = include_str!("../../../../../wit/v0.2/provisioner.wit");
         assert!(
             include_str!("../../../../../plugins/sdk-js/wit/deps/provisioner/provisioner.wit")
                 == contract,
-            "copy wit/provisioner.wit to plugins/sdk-js/wit/deps/provisioner/"
+            "copy wit/v0.2/provisioner.wit to plugins/sdk-js/wit/deps/provisioner/"
         );
         assert!(
             include_str!("../../../../../plugins/sdk-python/wasmprov_plugin/wit/provisioner.wit")
                 == contract,
-            "copy wit/provisioner.wit to plugins/sdk-python/wasmprov_plugin/wit/"
+            "copy wit/v0.2/provisioner.wit to plugins/sdk-python/wasmprov_plugin/wit/"
         );
         assert!(
             include_str!("../../../../../plugins/sdk-go/wit/provisioner.wit") == contract,
-            "copy wit/provisioner.wit to plugins/sdk-go/wit/ and run plugins/sdk-go/generate.sh"
+            "copy wit/v0.2/provisioner.wit to plugins/sdk-go/wit/ and run plugins/sdk-go/generate.sh"
         );
         assert!(
             include_str!("../../../../../plugins/sdk-c/wit/provisioner.wit") == contract,
-            "copy wit/provisioner.wit to plugins/sdk-c/wit/ and regenerate plugins/sdk-c/bindings \
+            "copy wit/v0.2/provisioner.wit to plugins/sdk-c/wit/ and regenerate plugins/sdk-c/bindings \
              (see plugins/sdk-c/README.md)"
         );
     }
