@@ -5,6 +5,7 @@
 //! volume cannot grow past what is left. The node's disk is a tmpfs of a
 //! set size (root, as CI is), so the figures are exact.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
@@ -121,6 +122,29 @@ async fn claim_of(client: &Client, class: &str, name: &str, size: &str, node: &s
         .unwrap();
 }
 
+/// Twenty claims of 6Mi of `class` for node n1, named `<prefix><i>`, all
+/// at once; once each is bound or handed back to the scheduler, checks that
+/// ten were bound. Their names, then those bound and handed back.
+async fn race(
+    admin: &Client,
+    class: &str,
+    prefix: &str,
+) -> (Vec<String>, BTreeSet<String>, BTreeSet<String>) {
+    let names: Vec<String> = (0..20).map(|i| format!("{prefix}{i}")).collect();
+    for name in &names {
+        claim_of(admin, class, name, "6Mi", "n1").await;
+    }
+    let claims = Api::<PersistentVolumeClaim>::namespaced(admin.clone(), "default");
+    let (bound, handed_back) = eventually("every racing claim is bound or handed back", || async {
+        let all = claims.list(&ListParams::default()).await.ok()?.items;
+        let (bound, handed_back) = bound_and_handed_back(&all, prefix);
+        (bound.len() + handed_back.len() == names.len()).then_some((bound, handed_back))
+    })
+    .await;
+    assert_eq!((bound.len(), handed_back.len()), (10, 10), "{bound:?}");
+    (names, bound, handed_back)
+}
+
 /// The node host of n1 serving the hostpath plugin in `dir`, publishing its
 /// room in `default`, measuring again every `poll`.
 async fn publishing_host(admin: &Client, dir: &Path, poll: Duration) -> Host {
@@ -183,18 +207,8 @@ async fn a_node_host_publishes_its_room_and_never_promises_it_twice(server: Serv
     .await;
 
     // Twenty claims of 6Mi race for a 64Mi disk: ten fit.
-    let names: Vec<String> = (0..20).map(|i| format!("race-{i}")).collect();
-    for name in &names {
-        claim_of(&admin, "local", name, "6Mi", "n1").await;
-    }
+    let (names, bound, handed_back) = race(&admin, "local", "race-").await;
     let claims = Api::<PersistentVolumeClaim>::namespaced(admin.clone(), "default");
-    let (bound, handed_back) = eventually("every racing claim is bound or handed back", || async {
-        let all = claims.list(&ListParams::default()).await.ok()?.items;
-        let (bound, handed_back) = bound_and_handed_back(&all, "race-");
-        (bound.len() + handed_back.len() == names.len()).then_some((bound, handed_back))
-    })
-    .await;
-    assert_eq!((bound.len(), handed_back.len()), (10, 10), "{bound:?}");
     let volumes = Api::<PersistentVolume>::all(admin.clone());
     assert_eq!(
         volumes
@@ -355,18 +369,8 @@ async fn the_room_a_plugin_reports_is_checked_then_published_and_never_promised_
 
     // Twenty claims of 6Mi race for a pool of 60Mi: ten fit, though the
     // plugin would make all twenty.
-    let names: Vec<String> = (0..20).map(|i| format!("pool-{i}")).collect();
-    for name in &names {
-        claim_of(&admin, "pool", name, "6Mi", "n1").await;
-    }
+    let (names, _, handed_back) = race(&admin, "pool", "pool-").await;
     let claims = Api::<PersistentVolumeClaim>::namespaced(admin.clone(), "default");
-    let (bound, handed_back) = eventually("every racing claim is bound or handed back", || async {
-        let all = claims.list(&ListParams::default()).await.ok()?.items;
-        let (bound, handed_back) = bound_and_handed_back(&all, "pool-");
-        (bound.len() + handed_back.len() == names.len()).then_some((bound, handed_back))
-    })
-    .await;
-    assert_eq!((bound.len(), handed_back.len()), (10, 10), "{bound:?}");
     let warned = warnings_of(&admin, handed_back.first().unwrap()).await;
     assert!(
         warned.iter().any(|w| w
