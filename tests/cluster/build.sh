@@ -5,8 +5,8 @@
 # versions older than the server, and says so on every call); a real node
 # for it: kubelet, kube-proxy, containerd (with ctr and the runc shim) and a
 # pause binary for pod sandboxes (runc and the CNI plugins come from Debian:
-# tests/cluster/README.md); and the Go provisioner the benchmarks compare
-# wasmprov with (tests/go-peer).
+# tests/cluster/README.md); the Go provisioner the benchmarks compare
+# wasmprov with (tests/go-peer); and helm, for the chart (deploy/chart).
 #
 #   tests/cluster/build.sh            # prints the bin directory on stdout
 #
@@ -25,6 +25,7 @@ set -euo pipefail
 K8S_VERSION=${K8S_VERSION:-1.37.2}
 ETCD_VERSION=${ETCD_VERSION:-3.7.3}   # the etcd that Kubernetes 1.37 ships with
 CONTAINERD_VERSION=${CONTAINERD_VERSION:-2.4.2}  # kubelet 1.37 needs containerd 2
+HELM_VERSION=${HELM_VERSION:-4.3.2}   # built with client-go 0.37, as this cluster
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 out=${WASMPROV_K8S_DIR:-$root/target/k8s/$K8S_VERSION}
@@ -53,6 +54,7 @@ have_version() { # binary, expected substring of its version
     local flag=--version
     [[ ${1##*/} == kubectl ]] && flag="version --client"
     [[ ${1##*/} == containerd-shim-runc-v2 ]] && flag=-v
+    [[ ${1##*/} == helm ]] && flag="version --short"
     [[ -x $1 ]] || return 1
     # Read the whole output first: `| grep -q` would stop reading at the
     # match, and the binary's SIGPIPE would fail the pipeline (pipefail).
@@ -173,6 +175,27 @@ build_containerd() {
     say "containerd built in $((SECONDS - t0)) s"
 }
 
+# Helm, for the chart's tests (deploy/chart): lint, template, install.
+build_helm() {
+    have_version "$bin/helm" "v$HELM_VERSION" && return
+    local w=$out/src/helm
+    mkdir -p "$w"
+    say "helm v$HELM_VERSION: building (about 2 minutes on a cold machine)"
+    local t0=$SECONDS
+    (
+        cd "$w"
+        printf 'module local/helmbin\n\ngo 1.26\n' > go.mod
+        step helm-modules go get "helm.sh/helm/v4@v$HELM_VERSION"
+        # Without it, `helm version` says only the minor version.
+        step helm go build -trimpath \
+            -ldflags="-s -w -X helm.sh/helm/v4/internal/version.version=v$HELM_VERSION" \
+            -o "$bin/helm" helm.sh/helm/v4/cmd/helm
+    )
+    have_version "$bin/helm" "v$HELM_VERSION" \
+        || fail "helm was built but its version is not v$HELM_VERSION (see $logs/helm.log)"
+    say "helm built in $((SECONDS - t0)) s"
+}
+
 # The pod sandbox's process: holds the pod's namespaces until it is killed.
 build_pause() {
     local src=$root/tests/cluster/node/pause.c stamp=$bin/pause.sources digest
@@ -194,4 +217,5 @@ build_kubernetes
 build_containerd
 build_pause
 build_go_peer
+build_helm
 echo "$bin"
