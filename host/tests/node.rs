@@ -9,8 +9,10 @@
 //! container in a burst of claims loses and leaks nothing; a plugin and a
 //! tenant's Pod together cannot reach the node (node/sandbox.rs); a backend
 //! added to the central replicas serves pods on every node; and a node that
-//! hangs and is deleted in the middle of a burst loses no claim; and pods go
-//! to the nodes whose disks hold their volumes (node/capacity.rs).
+//! hangs and is deleted in the middle of a burst loses no claim; pods go
+//! to the nodes whose disks hold their volumes (node/capacity.rs); and Helm
+//! takes the install over, tests, upgrades and uninstalls it
+//! (node/chart.rs).
 //!
 //! The cluster has three real nodes (test_cluster's: containerd, kubelet,
 //! kube-proxy each, Debian's runc and CNI plugins; it needs root, as CI
@@ -20,6 +22,8 @@
 
 #[path = "node/capacity.rs"]
 mod capacity;
+#[path = "node/chart.rs"]
+mod chart;
 #[path = "node/sandbox.rs"]
 mod sandbox;
 mod support;
@@ -65,8 +69,10 @@ async fn deploy_runs_on_a_real_node() {
     a_central_backend_serves_pods_on_every_node(&cluster, share.path()).await;
     // Gives each node a small disk of its own at the hostpath root.
     capacity::pods_go_where_their_volumes_fit(&cluster).await;
-    // Last: the cluster has a node less afterwards.
+    // The cluster has a node less afterwards.
     a_node_that_hangs_and_is_deleted_mid_burst_loses_no_claim(&cluster).await;
+    // Last: the install is Helm's, then gone.
+    chart::helm_takes_over_tests_upgrades_and_uninstalls(&cluster).await;
 }
 
 fn namespace(name: &str) -> String {

@@ -1,0 +1,216 @@
+//! The Helm chart (deploy/chart) on the real nodes, as an operator moves
+//! to it: Helm takes over what `kubectl apply -k deploy/` installed,
+//! `helm test` binds a claim from a pod that writes to it, `helm upgrade`
+//! to a chart with a new plugin version reaches every node host without
+//! losing a claim, and `helm uninstall` removes everything but the volumes.
+
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::rbac::v1::ClusterRole;
+use k8s_openapi::api::storage::v1::{CSIDriver, StorageClass};
+use kube::api::ListParams;
+use kube::Api;
+use test_cluster::Cluster;
+
+use super::support::node::{node_hosts, not_serving, run, LIMIT, NS};
+use super::support::{eventually_within, workspace_root};
+use super::{apply, bound_volume, claim_on_the_node, namespace, running, writer_pod};
+
+const RELEASE: &str = "wasmprov";
+
+fn helm(cluster: &Cluster) -> std::process::Command {
+    let bin = test_cluster::binaries().expect("helm (tests/cluster/build.sh)");
+    let home = cluster.dir().join("helm");
+    let mut command = std::process::Command::new(bin.join("helm"));
+    command
+        .env("KUBECONFIG", cluster.kubeconfig_path())
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_DATA_HOME", home.join("data"))
+        .args(["--namespace", NS]);
+    command
+}
+
+/// A copy of the chart whose bundled hostpath plugin is `manifest` (what
+/// `wasmprov plugin pack` made): a new release of the chart.
+fn chart_with_plugin(manifest: &[u8]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    // -L: the copy holds the plugin file, not the link to deploy/'s.
+    run(std::process::Command::new("cp")
+        .arg("-RL")
+        .arg(workspace_root().join("deploy/chart"))
+        .arg(dir.path().join("chart")));
+    std::fs::write(
+        dir.path().join("chart/files/plugin-hostpath.yaml"),
+        manifest,
+    )
+    .unwrap();
+    dir
+}
+
+pub async fn helm_takes_over_tests_upgrades_and_uninstalls(cluster: &Cluster) {
+    let client = cluster.client().await.unwrap();
+    let chart = workspace_root().join("deploy/chart");
+    let timeout = format!("--timeout={}s", LIMIT.as_secs());
+
+    // Take over deploy/'s objects: same names, now the release's.
+    run(helm(cluster)
+        .args(["upgrade", "--install", RELEASE])
+        .arg(&chart)
+        .args(["--take-ownership", "--force-conflicts", "--wait", &timeout]));
+    let daemonsets: Api<DaemonSet> = Api::namespaced(client.clone(), NS);
+    let ds = daemonsets.get("wasmprov-node").await.unwrap();
+    assert_eq!(
+        ds.metadata.labels.as_ref().unwrap()["app.kubernetes.io/managed-by"],
+        "Helm"
+    );
+
+    // helm test: its claim is bound and written to, then removed.
+    // (No --logs: this cluster's API server cannot reach the kubelets' logs.)
+    let out = run(helm(cluster).args(["test", RELEASE, &timeout]));
+    assert!(out.contains("Phase:") && out.contains("Succeeded"), "{out}");
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
+    eventually_within(
+        LIMIT,
+        "the test claim to be deleted after it passed",
+        || {
+            let claims = claims.clone();
+            async move {
+                claims
+                    .get_opt(&format!("{RELEASE}-test"))
+                    .await
+                    .ok()?
+                    .is_none()
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+
+    // A claim in use across the upgrade.
+    let ns = "e2e-helm";
+    apply(cluster, &namespace(ns));
+    apply(cluster, &claim_on_the_node(ns, "kept", "hostpath"));
+    apply(cluster, &writer_pod(ns, "writer", "kept", "before-upgrade"));
+    running(&client, ns, "writer").await;
+    let kept = bound_volume(&client, ns, "kept").await;
+
+    // A new chart release with a new plugin version.
+    let wasm = std::fs::read(super::support::rust_plugin_path("hostpath")).unwrap();
+    let next = super::support::variant(&wasm, &format!("helm-{}", std::process::id()));
+    let next_digest = super::support::digest(&next);
+    let file = tempfile::tempdir().unwrap();
+    std::fs::write(file.path().join("hostpath.wasm"), &next).unwrap();
+    let manifest = super::support::pack(
+        Path::new(env!("CARGO_BIN_EXE_wasmprov")),
+        &file.path().join("hostpath.wasm"),
+        "hostpath",
+    );
+    let next_chart = chart_with_plugin(&manifest);
+    // --force-conflicts: kubectl still co-owns the fields it applied with
+    // the same values (server-side apply), so Helm changing one conflicts.
+    run(helm(cluster)
+        .args(["upgrade", RELEASE])
+        .arg(next_chart.path().join("chart"))
+        .args(["--force-conflicts", "--wait", &timeout]));
+    let pods = node_hosts(&client).await;
+    eventually_within(
+        LIMIT,
+        "every node host to serve the upgraded plugin",
+        || {
+            let (client, pods, digest) = (client.clone(), pods.clone(), next_digest.clone());
+            async move {
+                not_serving(&client, &pods, &digest)
+                    .await
+                    .is_empty()
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+    let still = bound_volume(&client, ns, "kept").await;
+    assert_eq!(
+        still.metadata.name, kept.metadata.name,
+        "the claim kept its volume"
+    );
+    apply(cluster, &claim_on_the_node(ns, "after", "hostpath"));
+    let after = bound_volume(&client, ns, "after").await;
+
+    // Uninstall: the release's objects go; the volumes stay.
+    run(helm(cluster).args(["uninstall", RELEASE, "--wait", &timeout]));
+    let gone = |found: Option<String>| assert!(found.is_none(), "{found:?} outlived the release");
+    let name = |o: Option<kube::api::ObjectMeta>| o.and_then(|m| m.name);
+    gone(name(
+        daemonsets
+            .get_opt("wasmprov-node")
+            .await
+            .unwrap()
+            .map(|o| o.metadata),
+    ));
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NS);
+    gone(name(
+        deployments
+            .get_opt("wasmprov")
+            .await
+            .unwrap()
+            .map(|o| o.metadata),
+    ));
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
+    gone(name(
+        configmaps
+            .get_opt("wasmprov-policy")
+            .await
+            .unwrap()
+            .map(|o| o.metadata),
+    ));
+    gone(name(
+        configmaps
+            .get_opt("wasmprov-plugin-hostpath")
+            .await
+            .unwrap()
+            .map(|o| o.metadata),
+    ));
+    let roles: Api<ClusterRole> = Api::all(client.clone());
+    gone(name(
+        roles
+            .get_opt("wasmprov-node")
+            .await
+            .unwrap()
+            .map(|o| o.metadata),
+    ));
+    let classes: Api<StorageClass> = Api::all(client.clone());
+    gone(name(
+        classes
+            .get_opt("hostpath")
+            .await
+            .unwrap()
+            .map(|o| o.metadata),
+    ));
+    let drivers: Api<CSIDriver> = Api::all(client.clone());
+    gone(name(
+        drivers
+            .get_opt("node.wasmprov.io")
+            .await
+            .unwrap()
+            .map(|o| o.metadata),
+    ));
+    let left: Vec<PathBuf> = Api::<PersistentVolume>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter_map(|pv| Some(PathBuf::from(&pv.spec.as_ref()?.host_path.as_ref()?.path)))
+        .collect();
+    for volume in [&kept, &after] {
+        let path = volume.spec.as_ref().unwrap().host_path.as_ref().unwrap();
+        assert!(
+            left.contains(&PathBuf::from(&path.path)),
+            "{:?} was removed with the release",
+            volume.metadata.name
+        );
+    }
+    eprintln!("node e2e: helm took over deploy/, tested, upgraded the plugin and uninstalled; the volumes stayed");
+}
