@@ -4,6 +4,7 @@
 //! - [`provisioner`]: the backend contract in Kubernetes terms.
 //! - [`runtime`]: loads and runs plugin components (Wasm only, no Kubernetes).
 //! - [`wasm_provisioner`]: a plugin seen as a provisioner (Kubernetes ↔ WIT).
+//! - [`oci`]: components pushed to and pulled from OCI registries.
 //! - [`quantity`], [`text`]: small helpers.
 
 pub mod cli;
@@ -12,6 +13,7 @@ pub mod events;
 pub mod leader;
 pub mod lifecycle;
 pub mod metrics;
+pub mod oci;
 pub mod ops;
 pub mod policy;
 pub mod provisioner;

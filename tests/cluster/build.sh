@@ -6,7 +6,8 @@
 # for it: kubelet, kube-proxy, containerd (with ctr and the runc shim) and a
 # pause binary for pod sandboxes (runc and the CNI plugins come from Debian:
 # tests/cluster/README.md); the Go provisioner the benchmarks compare
-# wasmprov with (tests/go-peer); and helm, for the chart (deploy/chart).
+# wasmprov with (tests/go-peer); helm, for the chart (deploy/chart); and
+# an OCI registry (distribution's) for plugins pulled from registries.
 #
 #   tests/cluster/build.sh            # prints the bin directory on stdout
 #
@@ -26,6 +27,7 @@ K8S_VERSION=${K8S_VERSION:-1.37.2}
 ETCD_VERSION=${ETCD_VERSION:-3.7.3}   # the etcd that Kubernetes 1.37 ships with
 CONTAINERD_VERSION=${CONTAINERD_VERSION:-2.4.2}  # kubelet 1.37 needs containerd 2
 HELM_VERSION=${HELM_VERSION:-4.3.2}   # built with client-go 0.37, as this cluster
+REGISTRY_VERSION=${REGISTRY_VERSION:-3.1.2}  # distribution's, for plugins by OCI reference
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 out=${WASMPROV_K8S_DIR:-$root/target/k8s/$K8S_VERSION}
@@ -196,6 +198,26 @@ build_helm() {
     say "helm built in $((SECONDS - t0)) s"
 }
 
+# An OCI registry (distribution's `registry`) for the tests of plugins
+# pushed to and pulled from registries (host/tests/oci.rs).
+build_registry() {
+    have_version "$bin/registry" "v$REGISTRY_VERSION" && return
+    local w=$out/src/registry
+    mkdir -p "$w"
+    say "registry v$REGISTRY_VERSION: building (about 2 minutes on a cold machine)"
+    local t0=$SECONDS
+    (
+        cd "$w"
+        printf 'module local/registrybin\n\ngo 1.26\n' > go.mod
+        step registry-modules go get "github.com/distribution/distribution/v3@v$REGISTRY_VERSION"
+        step registry go build -trimpath -ldflags="-s -w" \
+            -o "$bin/registry" github.com/distribution/distribution/v3/cmd/registry
+    )
+    have_version "$bin/registry" "v$REGISTRY_VERSION" \
+        || fail "registry was built but its version is not v$REGISTRY_VERSION (see $logs/registry.log)"
+    say "registry built in $((SECONDS - t0)) s"
+}
+
 # The pod sandbox's process: holds the pod's namespaces until it is killed.
 build_pause() {
     local src=$root/tests/cluster/node/pause.c stamp=$bin/pause.sources digest
@@ -218,4 +240,5 @@ build_containerd
 build_pause
 build_go_peer
 build_helm
+build_registry
 echo "$bin"

@@ -40,7 +40,7 @@ use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAlloc
 
 pub use cache::CacheOutcome;
 pub use fs_guard::{file_kind_name, FILESYSTEM_TYPES};
-pub use inspect::Surface;
+pub use inspect::{binary_kind, BinaryKind, Surface};
 pub use limits::MemoryLimitExceeded;
 pub use plugin::{CallError, Plugin};
 pub use sandbox::{MAX_LOG_BYTES_PER_CALL, MAX_LOG_LINES_PER_CALL};
@@ -48,7 +48,7 @@ pub use sandbox::{MAX_LOG_BYTES_PER_CALL, MAX_LOG_LINES_PER_CALL};
 use crate::policy::{DirMode, SandboxPolicy};
 use cache::CompileCache;
 use contract::Hooks;
-use inspect::{BinaryKind, Mismatch};
+use inspect::Mismatch;
 use sandbox::CallState;
 
 /// How often the epoch advances; the granularity of per-call time budgets.

@@ -38,7 +38,7 @@ pub fn componentize(args: ComponentizeArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("cannot read the core module {}", args.core.display()))?;
     let component = component_of(core, args.wit.as_deref(), &args.world)
         .with_context(|| format!("cannot make a component of {}", args.core.display()))?;
-    write_atomically(&args.out, &component)?;
+    super::write_atomically(&args.out, &component)?;
     println!("wrote {} ({} bytes)", args.out.display(), component.len());
     Ok(ExitCode::SUCCESS)
 }
@@ -94,20 +94,4 @@ fn carries_a_world(core: &[u8]) -> bool {
 /// with version 1.
 fn is_component(bytes: &[u8]) -> bool {
     bytes.len() >= 8 && bytes[..4] == *b"\0asm" && bytes[4..8] != [1, 0, 0, 0]
-}
-
-/// The file appears whole or not at all (a file watcher or a reader never
-/// sees half a component).
-fn write_atomically(out: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    let dir = match out.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent,
-        _ => Path::new("."),
-    };
-    let mut file = tempfile::NamedTempFile::new_in(dir)
-        .with_context(|| format!("cannot write in {}", dir.display()))?;
-    std::io::Write::write_all(&mut file, bytes)
-        .with_context(|| format!("cannot write {}", out.display()))?;
-    file.persist(out)
-        .with_context(|| format!("cannot write {}", out.display()))?;
-    Ok(())
 }

@@ -19,6 +19,7 @@ mod componentize;
 mod conformance;
 mod new;
 mod pack;
+mod registry;
 
 use super::{RuntimeArgs, DEFAULT_NODE_PROVISIONER_NAME, DEFAULT_PROVISIONER_NAME};
 use crate::policy::PolicySet;
@@ -50,6 +51,14 @@ pub enum PluginCommand {
     /// into a plugin component: embed its WIT world, and adapt its WASI
     /// calls to preview 2 with this host's adapter.
     Componentize(componentize::ComponentizeArgs),
+    /// Push FILE to an OCI registry as REF, in the CNCF layout for Wasm
+    /// components (config application/vnd.wasm.config.v0+json, one
+    /// application/wasm layer); prints the digest that pins it.
+    Push(registry::PushArgs),
+    /// Pull the plugin component at REF from an OCI registry, checking
+    /// every digest and size; accepts the CNCF layout and the older
+    /// application/vnd.wasm.content.layer.v1+wasm one.
+    Pull(registry::PullArgs),
 }
 
 #[derive(Debug, Args)]
@@ -110,6 +119,8 @@ pub async fn run(cmd: PluginCommand) -> anyhow::Result<ExitCode> {
         PluginCommand::Pack(args) => pack::pack(args).await,
         PluginCommand::New(args) => new::new(args),
         PluginCommand::Componentize(args) => componentize::componentize(args),
+        PluginCommand::Push(args) => registry::push(args).await,
+        PluginCommand::Pull(args) => registry::pull(args).await,
     }
 }
 
@@ -132,23 +143,40 @@ impl Loaded {
 }
 
 fn plugin_name(args: &PluginFile) -> anyhow::Result<String> {
-    if let Some(name) = &args.name {
-        return Ok(name.clone());
+    match &args.name {
+        Some(name) => Ok(name.clone()),
+        None => name_of_file(&args.file),
     }
-    let file_name = args
-        .file
-        .file_name()
-        .and_then(|n| n.to_str())
-        .with_context(|| {
-            format!(
-                "{}: cannot derive a plugin name; pass --name",
-                args.file.display()
-            )
-        })?;
+}
+
+/// A plugin's name from its file: `hostpath` of `…/hostpath.wasm`.
+fn name_of_file(file: &std::path::Path) -> anyhow::Result<String> {
+    let file_name = file.file_name().and_then(|n| n.to_str()).with_context(|| {
+        format!(
+            "{}: cannot derive a plugin name; pass --name",
+            file.display()
+        )
+    })?;
     Ok(file_name
         .strip_suffix(".wasm")
         .unwrap_or(file_name)
         .to_owned())
+}
+
+/// Writes `bytes` to `out` so that it appears whole or not at all (a file
+/// watcher or a reader never sees half a component).
+fn write_atomically(out: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let dir = match out.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => std::path::Path::new("."),
+    };
+    let mut file = tempfile::NamedTempFile::new_in(dir)
+        .with_context(|| format!("cannot write in {}", dir.display()))?;
+    std::io::Write::write_all(&mut file, bytes)
+        .with_context(|| format!("cannot write {}", out.display()))?;
+    file.persist(out)
+        .with_context(|| format!("cannot write {}", out.display()))?;
+    Ok(())
 }
 
 fn runtime(args: &RuntimeArgs) -> anyhow::Result<Runtime> {

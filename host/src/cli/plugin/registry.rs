@@ -1,0 +1,141 @@
+//! `wasmprov plugin push` and `pull`: a plugin component to and from an
+//! OCI registry, as plugin authors publish releases ([`crate::oci`]).
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Args;
+
+use crate::oci::{self, Access, Limits};
+
+/// How to reach the registry.
+#[derive(Debug, Args)]
+pub struct RegistryArgs {
+    /// Speak plain HTTP to the registry (one on loopback, a lab): never
+    /// a fallback from HTTPS.
+    #[arg(long)]
+    pub plain_http: bool,
+    /// User name at the registry [default: anonymous].
+    #[arg(long, env = "WASMPROV_REGISTRY_USERNAME")]
+    pub username: Option<String>,
+    /// Read the password (or token) from standard input, as `docker login
+    /// --password-stdin` does; needs --username.
+    #[arg(long, requires = "username")]
+    pub password_stdin: bool,
+}
+
+impl RegistryArgs {
+    fn access(&self) -> anyhow::Result<Access> {
+        let credentials = match &self.username {
+            None => None,
+            Some(user) => {
+                anyhow::ensure!(
+                    self.password_stdin,
+                    "--username {user} needs --password-stdin (the password on standard input, \
+                     never on the command line)"
+                );
+                let mut password = String::new();
+                std::io::stdin()
+                    .read_to_string(&mut password)
+                    .context("reading the password from standard input")?;
+                Some((
+                    user.clone(),
+                    password.trim_end_matches(['\n', '\r']).to_owned(),
+                ))
+            }
+        };
+        Ok(Access {
+            plain_http: self.plain_http,
+            credentials,
+        })
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct PushArgs {
+    /// The plugin component (`.wasm`).
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    /// Where to push it: REGISTRY/REPOSITORY:TAG.
+    #[arg(value_name = "REF")]
+    pub reference: String,
+    /// The layer's file name [default: FILE's name].
+    #[arg(long)]
+    pub name: Option<String>,
+    #[command(flatten)]
+    pub registry: RegistryArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct PullArgs {
+    /// What to pull: REGISTRY/REPOSITORY:TAG or REGISTRY/REPOSITORY@sha256:DIGEST.
+    #[arg(value_name = "REF")]
+    pub reference: String,
+    /// Where to write the component [default: the repository's last part
+    /// with `.wasm`, in the current directory].
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    #[command(flatten)]
+    pub registry: RegistryArgs,
+}
+
+pub async fn push(args: PushArgs) -> anyhow::Result<ExitCode> {
+    let access = args.registry.access()?;
+    let component =
+        std::fs::read(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
+    let name = match &args.name {
+        Some(name) => name.clone(),
+        None => super::name_of_file(&args.file)?,
+    };
+    let digest = oci::push(&args.reference, &name, &component, &access).await?;
+    println!(
+        "pushed {} ({} bytes) to {}",
+        args.file.display(),
+        component.len(),
+        args.reference
+    );
+    println!("digest: {digest}");
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn pull(args: PullArgs) -> anyhow::Result<ExitCode> {
+    let access = args.registry.access()?;
+    let pulled = oci::pull(&args.reference, &access, Limits::default()).await?;
+    let output = match &args.output {
+        Some(path) => path.clone(),
+        None => PathBuf::from(format!("{}.wasm", repository_name(&args.reference))),
+    };
+    super::write_atomically(&output, &pulled.component)?;
+    println!(
+        "pulled {} ({} bytes, {}) to {}",
+        args.reference,
+        pulled.component.len(),
+        pulled.layer_media_type,
+        output.display()
+    );
+    println!("digest: {}", pulled.manifest_digest);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `hostpath` of `registry.example.com/plugins/hostpath:1.0`.
+fn repository_name(reference: &str) -> &str {
+    let path = reference.split(['@']).next().unwrap_or(reference);
+    let last = path.rsplit('/').next().unwrap_or(path);
+    last.split(':').next().unwrap_or(last)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_pulled_file_is_named_after_its_repository() {
+        for (reference, name) in [
+            ("localhost:5000/plugins/hostpath:1.0", "hostpath"),
+            ("registry.example.com/x/quota-dir@sha256:ab", "quota-dir"),
+            ("localhost:5000/plain", "plain"),
+        ] {
+            assert_eq!(super::repository_name(reference), name);
+        }
+    }
+}

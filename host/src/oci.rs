@@ -1,0 +1,308 @@
+//! Plugins as OCI artifacts: a component pushed to a registry and pulled
+//! back, as the WebAssembly ecosystem ships components (wasm-pkg-tools,
+//! Spin, Kubewarden).
+//!
+//! Pushed in the CNCF TAG-Runtime layout: an OCI image manifest whose
+//! config is `application/vnd.wasm.config.v0+json` and whose one layer is
+//! the component, `application/wasm`, titled `<name>.wasm`. Pulled in that
+//! layout or the older one (layer `application/vnd.wasm.content.layer.v1+wasm`,
+//! Kubewarden's and Spin's). A pull never holds more than it allows: the
+//! manifest at most [`MAX_MANIFEST_BYTES`], the layer at most the size its
+//! manifest says and [`Limits::max_component_bytes`], and every byte is
+//! checked against its digest.
+//!
+//! The registry transport is `oci-client`'s (auth challenges, tokens,
+//! digests); this module knows nothing of Kubernetes.
+
+use std::collections::BTreeMap;
+
+use futures::StreamExt;
+use oci_client::client::{ClientConfig, ClientProtocol, Config, ImageLayer};
+use oci_client::manifest::{OciImageManifest, OCI_IMAGE_MEDIA_TYPE};
+use oci_client::secrets::RegistryAuth;
+use oci_client::{Client, Reference};
+use sha2::{Digest, Sha256};
+
+/// The layer of a component in the CNCF layout.
+pub const WASM_LAYER: &str = "application/wasm";
+/// The layer of a component in the layout before it (Kubewarden, Spin).
+pub const LEGACY_WASM_LAYER: &str = oci_client::manifest::WASM_LAYER_MEDIA_TYPE;
+/// The config of a component in the CNCF layout.
+pub const WASM_CONFIG: &str = "application/vnd.wasm.config.v0+json";
+/// The largest manifest a pull accepts: a component's is under 1 KiB.
+pub const MAX_MANIFEST_BYTES: usize = 4 << 20;
+/// The annotation naming a layer's file.
+const TITLE: &str = "org.opencontainers.image.title";
+
+/// How to reach a registry.
+#[derive(Debug, Clone, Default)]
+pub struct Access {
+    /// Speak plain HTTP to it (a registry on loopback, a lab): never
+    /// assumed, never a fallback.
+    pub plain_http: bool,
+    /// User name and password (or token) for HTTP Basic or the registry's
+    /// token service; none: anonymous.
+    pub credentials: Option<(String, String)>,
+}
+
+/// What a pull accepts.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_component_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_component_bytes: crate::delivery::encoding::MAX_COMPONENT_SIZE,
+        }
+    }
+}
+
+/// A component pulled from a registry.
+#[derive(Debug, Clone)]
+pub struct Pulled {
+    pub component: Vec<u8>,
+    /// The manifest's digest: what pins this version (`REF@<digest>`).
+    pub manifest_digest: String,
+    /// The layer's media type (either layout).
+    pub layer_media_type: String,
+}
+
+/// Why a push or pull did not happen. Each says which reference, and what
+/// to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum OciError {
+    #[error("{reference:?} is not an OCI reference ({message}); write REGISTRY/REPOSITORY:TAG or REGISTRY/REPOSITORY@sha256:DIGEST, e.g. registry.example.com/plugins/hostpath:1.0.0")]
+    Reference { reference: String, message: String },
+    #[error("{reference}: the registry refused or could not be reached: {message}")]
+    Registry { reference: String, message: String },
+    #[error("{reference}: {message}")]
+    Refused { reference: String, message: String },
+}
+
+fn client(access: &Access) -> Client {
+    // rustls with ring, as the kube client: no second crypto library.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    Client::new(ClientConfig {
+        protocol: if access.plain_http {
+            ClientProtocol::Http
+        } else {
+            ClientProtocol::Https
+        },
+        ..Default::default()
+    })
+}
+
+fn auth(access: &Access) -> RegistryAuth {
+    match &access.credentials {
+        Some((user, password)) => RegistryAuth::Basic(user.clone(), password.clone()),
+        None => RegistryAuth::Anonymous,
+    }
+}
+
+fn parse(reference: &str) -> Result<Reference, OciError> {
+    reference
+        .parse::<Reference>()
+        .map_err(|e| OciError::Reference {
+            reference: reference.to_owned(),
+            message: e.to_string(),
+        })
+}
+
+fn registry_error(reference: &str, e: impl std::fmt::Display) -> OciError {
+    OciError::Registry {
+        reference: reference.to_owned(),
+        message: e.to_string(),
+    }
+}
+
+fn refused(reference: &str, message: String) -> OciError {
+    OciError::Refused {
+        reference: reference.to_owned(),
+        message,
+    }
+}
+
+/// `sha256:<hex>` of `bytes`.
+pub fn digest(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
+/// The CNCF config of a component: what it imports and exports, so a
+/// registry's UI (and `oras manifest fetch-config`) shows it.
+fn config_of(component: &[u8], layer_digest: &str) -> Result<Vec<u8>, String> {
+    let wit_parser::decoding::DecodedWasm::Component(resolve, world) =
+        wit_parser::decoding::decode(component).map_err(|e| format!("{e:#}"))?
+    else {
+        return Err("it holds WIT packages, not a component".into());
+    };
+    let world = &resolve.worlds[world];
+    let names = |keys: Vec<&wit_parser::WorldKey>| -> Vec<String> {
+        keys.into_iter()
+            .map(|k| resolve.name_world_key(k))
+            .collect()
+    };
+    let config = serde_json::json!({
+        "architecture": "wasm",
+        "os": "wasip2",
+        "layerDigests": [layer_digest],
+        "component": {
+            "imports": names(world.imports.keys().collect()),
+            "exports": names(world.exports.keys().collect()),
+        },
+    });
+    Ok(serde_json::to_vec(&config).expect("a JSON value serializes"))
+}
+
+/// Pushes `component` (a `name.wasm`) to `reference` in the CNCF layout;
+/// returns the manifest's digest (`reference`'s repository `@` it pins
+/// exactly this push).
+pub async fn push(
+    reference: &str,
+    name: &str,
+    component: &[u8],
+    access: &Access,
+) -> Result<String, OciError> {
+    let image = parse(reference)?;
+    if crate::runtime::binary_kind(component) != crate::runtime::BinaryKind::Component {
+        return Err(refused(
+            reference,
+            format!(
+                "{name}.wasm is not a WebAssembly component (a core module or another file); \
+                 build it as a component, or make one with `wasmprov plugin componentize`"
+            ),
+        ));
+    }
+    let layer_digest = digest(component);
+    let config = config_of(component, &layer_digest).map_err(|e| {
+        refused(
+            reference,
+            format!("{name}.wasm cannot be read as a component: {e}"),
+        )
+    })?;
+    let layer = ImageLayer {
+        data: component.to_vec().into(),
+        media_type: WASM_LAYER.to_owned(),
+        annotations: Some(BTreeMap::from([(TITLE.to_owned(), format!("{name}.wasm"))])),
+    };
+    let config = Config {
+        data: config.into(),
+        media_type: WASM_CONFIG.to_owned(),
+        annotations: None,
+    };
+    let manifest = OciImageManifest::build(std::slice::from_ref(&layer), &config, None);
+    let client = client(access);
+    let auth = auth(access);
+    client
+        .push(&image, &[layer], config, &auth, Some(manifest))
+        .await
+        .map_err(|e| registry_error(reference, e))?;
+    // The registry's own word for what now pins this push.
+    client
+        .fetch_manifest_digest(&image, &auth)
+        .await
+        .map_err(|e| registry_error(reference, e))
+}
+
+/// Pulls the component at `reference` (a tag, or a digest that pins it).
+pub async fn pull(reference: &str, access: &Access, limits: Limits) -> Result<Pulled, OciError> {
+    let image = parse(reference)?;
+    let client = client(access);
+    let (body, manifest_digest) = client
+        .pull_manifest_raw(&image, &auth(access), &[OCI_IMAGE_MEDIA_TYPE])
+        .await
+        .map_err(|e| registry_error(reference, e))?;
+    if body.len() > MAX_MANIFEST_BYTES {
+        return Err(refused(
+            reference,
+            format!(
+                "its manifest has {} bytes, more than the {} a component's may have",
+                body.len(),
+                MAX_MANIFEST_BYTES
+            ),
+        ));
+    }
+    if digest(&body) != manifest_digest {
+        return Err(refused(
+            reference,
+            format!(
+                "the registry sent a manifest whose digest is {}, not the {manifest_digest} it \
+                 said; refusing it",
+                digest(&body)
+            ),
+        ));
+    }
+    let manifest: OciImageManifest = serde_json::from_slice(&body).map_err(|e| {
+        refused(
+            reference,
+            format!("its manifest is not an OCI image manifest: {e}"),
+        )
+    })?;
+    let [layer] = manifest.layers.as_slice() else {
+        return Err(refused(
+            reference,
+            format!(
+                "it has {} layers; a plugin is one layer of type {WASM_LAYER} (or \
+                 {LEGACY_WASM_LAYER}): push it with `wasmprov plugin push`",
+                manifest.layers.len()
+            ),
+        ));
+    };
+    if layer.media_type != WASM_LAYER && layer.media_type != LEGACY_WASM_LAYER {
+        return Err(refused(
+            reference,
+            format!(
+                "its layer is of type {}, not a WebAssembly component ({WASM_LAYER} or \
+                 {LEGACY_WASM_LAYER}): push the .wasm file with `wasmprov plugin push`",
+                layer.media_type
+            ),
+        ));
+    }
+    let size = u64::try_from(layer.size).unwrap_or(u64::MAX);
+    if size > limits.max_component_bytes {
+        return Err(refused(
+            reference,
+            format!(
+                "its component has {size} bytes, more than the {} a plugin may have",
+                limits.max_component_bytes
+            ),
+        ));
+    }
+    let mut stream = client
+        .pull_blob_stream(&image, layer)
+        .await
+        .map_err(|e| registry_error(reference, e))?
+        .stream;
+    let mut component = Vec::with_capacity(size.min(64 << 20) as usize);
+    while let Some(chunk) = stream.next().await {
+        let chunk =
+            chunk.map_err(|e| refused(reference, format!("reading its component failed: {e}")))?;
+        if (component.len() + chunk.len()) as u64 > size {
+            return Err(refused(
+                reference,
+                format!(
+                    "the registry sent more than the {size} bytes its manifest gives the \
+                     component; refusing it"
+                ),
+            ));
+        }
+        component.extend_from_slice(&chunk);
+    }
+    if digest(&component) != layer.digest {
+        return Err(refused(
+            reference,
+            format!(
+                "its component's digest is {}, not the {} its manifest says: the registry's \
+                 copy is damaged or was tampered with",
+                digest(&component),
+                layer.digest
+            ),
+        ));
+    }
+    Ok(Pulled {
+        component,
+        manifest_digest,
+        layer_media_type: layer.media_type.clone(),
+    })
+}

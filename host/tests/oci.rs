@@ -1,0 +1,452 @@
+//! Plugins in OCI registries, as their authors publish them: `wasmprov
+//! plugin push` and `pull` against a real registry (distribution v3, built
+//! with the test cluster, on loopback): the CNCF layout pushed and pulled
+//! back byte for byte, by tag and by digest; the older layout accepted;
+//! anything else, anything larger than allowed, and anything whose bytes do
+//! not match their digest refused, saying why.
+
+mod support;
+
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Output};
+use std::time::{Duration, Instant};
+
+use oci_client::client::{ClientConfig, ClientProtocol, Config, ImageLayer};
+use oci_client::manifest::OciImageManifest;
+use oci_client::secrets::RegistryAuth;
+use oci_client::{Client, Reference};
+use support::{rust_plugin_path, wasmprov_command};
+use wasmprov::oci::{self, Access, Limits, LEGACY_WASM_LAYER, WASM_CONFIG, WASM_LAYER};
+
+/// A registry on loopback, stopped when dropped.
+struct Registry {
+    child: Child,
+    storage: tempfile::TempDir,
+    addr: String,
+}
+
+impl Registry {
+    fn start() -> Self {
+        Self::start_with(|_| String::new())
+    }
+
+    /// A registry that wants user `user` with password `password`.
+    fn with_login(user: &str, password: &str) -> Self {
+        let hash = bcrypt::hash(password, 4).unwrap();
+        Self::start_with(|dir| {
+            let file = dir.join("htpasswd");
+            std::fs::write(&file, format!("{user}:{hash}\n")).unwrap();
+            format!(
+                "auth:\n  htpasswd:\n    realm: test\n    path: {}\n",
+                file.display()
+            )
+        })
+    }
+
+    /// A registry whose configuration ends with what `extra` returns; it
+    /// may write files in the registry's directory, which it is given.
+    fn start_with(extra: impl FnOnce(&std::path::Path) -> String) -> Self {
+        let bin = test_cluster::binaries().expect("the registry (tests/cluster/build.sh)");
+        let storage = tempfile::tempdir().unwrap();
+        let extra_config = extra(storage.path());
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let addr = format!("127.0.0.1:{port}");
+        let config = storage.path().join("config.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nlog: {{level: warn}}\nstorage:\n  filesystem: {{rootdirectory: {}}}\n  delete: {{enabled: true}}\nhttp:\n  addr: {addr}\n{extra_config}",
+                storage.path().join("data").display()
+            ),
+        )
+        .unwrap();
+        let child = Command::new(bin.join("registry"))
+            .arg("serve")
+            .arg(&config)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(storage.path().join("registry.log")).unwrap())
+            .spawn()
+            .expect("start the registry");
+        let started = Instant::now();
+        while TcpStream::connect(&addr).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "the registry did not listen on {addr}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Registry {
+            child,
+            storage,
+            addr,
+        }
+    }
+
+    fn reference(&self, repository_and_tag: &str) -> String {
+        format!("{}/{repository_and_tag}", self.addr)
+    }
+
+    /// Where the registry keeps a blob's bytes.
+    fn blob(&self, digest: &str) -> PathBuf {
+        let hex = digest.strip_prefix("sha256:").unwrap();
+        self.storage
+            .path()
+            .join("data/docker/registry/v2/blobs/sha256")
+            .join(&hex[..2])
+            .join(hex)
+            .join("data")
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn plain() -> Access {
+    Access {
+        plain_http: true,
+        credentials: None,
+    }
+}
+
+fn wasmprov(args: &[&str]) -> Output {
+    wasmprov_command()
+        .args(args)
+        .output()
+        .expect("run wasmprov")
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Pushes an artifact of our own making: `layers` as (media type, bytes).
+async fn push_raw(reference: &str, config_type: &str, layers: &[(&str, &[u8])]) {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = Client::new(ClientConfig {
+        protocol: ClientProtocol::Http,
+        ..Default::default()
+    });
+    let layers: Vec<ImageLayer> = layers
+        .iter()
+        .map(|(media_type, data)| ImageLayer::new(data.to_vec(), media_type.to_string(), None))
+        .collect();
+    let config = Config::new(b"{}".to_vec(), config_type.to_owned(), None);
+    let manifest = OciImageManifest::build(&layers, &config, None);
+    client
+        .push(
+            &reference.parse::<Reference>().unwrap(),
+            &layers,
+            config,
+            &RegistryAuth::Anonymous,
+            Some(manifest),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_pushed_plugin_pulls_back_byte_for_byte_in_the_cncf_layout() {
+    let registry = Registry::start();
+    let file = rust_plugin_path("hostpath");
+    let component = std::fs::read(&file).unwrap();
+    let reference = registry.reference("plugins/hostpath:1.0.0");
+    let out = wasmprov(&[
+        "plugin",
+        "push",
+        file.to_str().unwrap(),
+        &reference,
+        "--plain-http",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let pushed = text(&out);
+    let digest = pushed
+        .lines()
+        .find_map(|l| l.strip_prefix("digest: "))
+        .unwrap_or_else(|| panic!("no digest in {pushed}"))
+        .to_owned();
+
+    let dir = tempfile::tempdir().unwrap();
+    for (from, name) in [
+        (reference.clone(), "by-tag.wasm"),
+        (
+            registry.reference(&format!("plugins/hostpath@{digest}")),
+            "by-digest.wasm",
+        ),
+    ] {
+        let target = dir.path().join(name);
+        let out = wasmprov(&[
+            "plugin",
+            "pull",
+            &from,
+            "-o",
+            target.to_str().unwrap(),
+            "--plain-http",
+        ]);
+        assert!(out.status.success(), "{from}: {}", text(&out));
+        assert!(
+            text(&out).contains(&format!("digest: {digest}")),
+            "{}",
+            text(&out)
+        );
+        assert!(
+            std::fs::read(&target).unwrap() == component,
+            "{from}: other bytes"
+        );
+    }
+
+    // The CNCF layout: the config says what the component imports and
+    // exports; one application/wasm layer, titled.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = Client::new(ClientConfig {
+        protocol: ClientProtocol::Http,
+        ..Default::default()
+    });
+    let (manifest, _) = client
+        .pull_manifest_raw(
+            &reference.parse::<Reference>().unwrap(),
+            &RegistryAuth::Anonymous,
+            &[oci_client::manifest::OCI_IMAGE_MEDIA_TYPE],
+        )
+        .await
+        .unwrap();
+    let manifest: OciImageManifest = serde_json::from_slice(&manifest).unwrap();
+    assert_eq!(manifest.config.media_type, WASM_CONFIG);
+    assert_eq!(manifest.layers.len(), 1);
+    assert_eq!(manifest.layers[0].media_type, WASM_LAYER);
+    assert_eq!(
+        manifest.layers[0].annotations.as_ref().unwrap()["org.opencontainers.image.title"],
+        "hostpath.wasm"
+    );
+    let config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(registry.blob(&manifest.config.digest)).unwrap())
+            .unwrap();
+    assert_eq!(config["architecture"], "wasm");
+    let exports = config["component"]["exports"].to_string();
+    assert!(
+        exports.contains("wasmprov:provisioner/plugin@0.3.0"),
+        "{config}"
+    );
+}
+
+#[tokio::test]
+async fn the_older_wasm_layout_is_accepted() {
+    let registry = Registry::start();
+    let component = std::fs::read(rust_plugin_path("hostpath")).unwrap();
+    let reference = registry.reference("legacy/hostpath:1");
+    push_raw(
+        &reference,
+        "application/vnd.wasm.config.v1+json",
+        &[(LEGACY_WASM_LAYER, &component)],
+    )
+    .await;
+    let pulled = oci::pull(&reference, &plain(), Limits::default())
+        .await
+        .unwrap();
+    assert!(pulled.component == component);
+    assert_eq!(pulled.layer_media_type, LEGACY_WASM_LAYER);
+}
+
+#[tokio::test]
+async fn what_is_not_one_component_is_refused_saying_why() {
+    let registry = Registry::start();
+    let component = std::fs::read(rust_plugin_path("hostpath")).unwrap();
+
+    // A core module or another file is not pushed.
+    let dir = tempfile::tempdir().unwrap();
+    let core = dir.path().join("core.wasm");
+    std::fs::write(&core, b"\0asm\x01\0\0\0").unwrap();
+    let out = wasmprov(&[
+        "plugin",
+        "push",
+        core.to_str().unwrap(),
+        &registry.reference("x/core:1"),
+        "--plain-http",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("core.wasm is not a WebAssembly component"),
+        "{}",
+        text(&out)
+    );
+
+    // A container image's layer, or two layers, are not a plugin.
+    let image = registry.reference("x/image:1");
+    push_raw(
+        &image,
+        "application/vnd.oci.image.config.v1+json",
+        &[("application/vnd.oci.image.layer.v1.tar", &component)],
+    )
+    .await;
+    let error = oci::pull(&image, &plain(), Limits::default())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("its layer is of type application/vnd.oci.image.layer.v1.tar")
+            && error.contains(&image),
+        "{error}"
+    );
+    let two = registry.reference("x/two:1");
+    push_raw(
+        &two,
+        WASM_CONFIG,
+        &[(WASM_LAYER, &component), (WASM_LAYER, b"more")],
+    )
+    .await;
+    let error = oci::pull(&two, &plain(), Limits::default())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("it has 2 layers"), "{error}");
+}
+
+#[tokio::test]
+async fn a_pull_takes_no_more_than_it_allows_and_checks_every_byte() {
+    let registry = Registry::start();
+    let component = std::fs::read(rust_plugin_path("hostpath")).unwrap();
+    let reference = registry.reference("plugins/hostpath:1");
+    let digest = oci::push(&reference, "hostpath", &component, &plain())
+        .await
+        .unwrap();
+
+    // Larger than allowed: refused before any of it is read.
+    let small = Limits {
+        max_component_bytes: 1000,
+    };
+    let error = oci::pull(&reference, &plain(), small)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains(&format!(
+            "its component has {} bytes, more than the 1000",
+            component.len()
+        )),
+        "{error}"
+    );
+
+    // A blob changed in the registry (same size): its digest gives it away.
+    let layer = registry.blob(&oci::digest(&component));
+    let mut tampered = component.clone();
+    let middle = tampered.len() / 2;
+    tampered[middle] ^= 0xff;
+    std::fs::write(&layer, &tampered).unwrap();
+    let error = oci::pull(&reference, &plain(), Limits::default())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains(&reference) && error.to_lowercase().contains("digest"),
+        "{error}"
+    );
+
+    // A digest reference pins the manifest: another digest is not served.
+    let pinned = registry.reference(&format!("plugins/hostpath@{digest}"));
+    std::fs::write(&layer, &component).unwrap();
+    assert!(oci::pull(&pinned, &plain(), Limits::default())
+        .await
+        .is_ok());
+    let other = format!("sha256:{}", "0".repeat(64));
+    let error = oci::pull(
+        &registry.reference(&format!("plugins/hostpath@{other}")),
+        &plain(),
+        Limits::default(),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(error, oci::OciError::Registry { .. }), "{error}");
+}
+
+#[tokio::test]
+async fn an_unreachable_registry_or_a_bad_reference_is_named() {
+    let registry = Registry::start();
+    let reference = registry.reference("plugins/hostpath:1");
+    // Plain HTTP only when asked: HTTPS to this registry fails.
+    let error = oci::pull(&reference, &Access::default(), Limits::default())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.starts_with(&format!(
+            "{reference}: the registry refused or could not be reached"
+        )),
+        "{error}"
+    );
+    drop(registry);
+    let error = oci::pull(&reference, &plain(), Limits::default())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("could not be reached"), "{error}");
+    let error = oci::pull("Not A Reference!", &plain(), Limits::default())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("is not an OCI reference") && error.contains("REGISTRY/REPOSITORY:TAG"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_registry_that_wants_a_login_gets_one_from_standard_input() {
+    let registry = Registry::with_login("author", "s3cret");
+    let file = rust_plugin_path("hostpath");
+    let reference = registry.reference("private/hostpath:1");
+    let push = |login: Option<&str>| {
+        let mut command = wasmprov_command();
+        command.args(["plugin", "push"]).arg(&file).arg(&reference);
+        command.arg("--plain-http");
+        if login.is_some() {
+            command.args(["--username", "author", "--password-stdin"]);
+        }
+        command
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = command.spawn().unwrap();
+        if let Some(password) = login {
+            use std::io::Write;
+            writeln!(child.stdin.take().unwrap(), "{password}").unwrap();
+        }
+        child.wait_with_output().unwrap()
+    };
+    let anonymous = push(None);
+    assert!(!anonymous.status.success(), "{}", text(&anonymous));
+    assert!(
+        text(&anonymous).contains(&reference),
+        "{}",
+        text(&anonymous)
+    );
+    let wrong = push(Some("guess"));
+    assert!(!wrong.status.success(), "{}", text(&wrong));
+    let right = push(Some("s3cret"));
+    assert!(right.status.success(), "{}", text(&right));
+    let out = wasmprov(&[
+        "plugin",
+        "pull",
+        &reference,
+        "--plain-http",
+        "--username",
+        "author",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("--username author needs --password-stdin"),
+        "{}",
+        text(&out)
+    );
+}
