@@ -177,45 +177,40 @@ build_containerd() {
     say "containerd built in $((SECONDS - t0)) s"
 }
 
-# Helm, for the chart's tests (deploy/chart): lint, template, install.
-build_helm() {
-    have_version "$bin/helm" "v$HELM_VERSION" && return
-    local w=$out/src/helm
+# A Go program from the module proxy, in a wrapper module of its own:
+# binary NAME of package PACKAGE at module MODULE@vVERSION, with more
+# `go build` flags after them; skipped when NAME already says vVERSION.
+build_go_program() {
+    local name=$1 version=$2 module=$3 package=$4
+    shift 4
+    have_version "$bin/$name" "v$version" && return
+    local w=$out/src/$name
     mkdir -p "$w"
-    say "helm v$HELM_VERSION: building (about 2 minutes on a cold machine)"
+    say "$name v$version: building (about 2 minutes on a cold machine)"
     local t0=$SECONDS
     (
         cd "$w"
-        printf 'module local/helmbin\n\ngo 1.26\n' > go.mod
-        step helm-modules go get "helm.sh/helm/v4@v$HELM_VERSION"
-        # Without it, `helm version` says only the minor version.
-        step helm go build -trimpath \
-            -ldflags="-s -w -X helm.sh/helm/v4/internal/version.version=v$HELM_VERSION" \
-            -o "$bin/helm" helm.sh/helm/v4/cmd/helm
+        printf 'module local/%sbin\n\ngo 1.26\n' "$name" > go.mod
+        step "$name-modules" go get "$module@v$version"
+        step "$name" go build -trimpath "$@" -o "$bin/$name" "$package"
     )
-    have_version "$bin/helm" "v$HELM_VERSION" \
-        || fail "helm was built but its version is not v$HELM_VERSION (see $logs/helm.log)"
-    say "helm built in $((SECONDS - t0)) s"
+    have_version "$bin/$name" "v$version" \
+        || fail "$name was built but its version is not v$version (see $logs/$name.log)"
+    say "$name built in $((SECONDS - t0)) s"
+}
+
+# Helm, for the chart's tests (deploy/chart): lint, template, install.
+# Without the -X, `helm version` says only the minor version.
+build_helm() {
+    build_go_program helm "$HELM_VERSION" helm.sh/helm/v4 helm.sh/helm/v4/cmd/helm \
+        -ldflags="-s -w -X helm.sh/helm/v4/internal/version.version=v$HELM_VERSION"
 }
 
 # An OCI registry (distribution's `registry`) for the tests of plugins
 # pushed to and pulled from registries (host/tests/oci.rs).
 build_registry() {
-    have_version "$bin/registry" "v$REGISTRY_VERSION" && return
-    local w=$out/src/registry
-    mkdir -p "$w"
-    say "registry v$REGISTRY_VERSION: building (about 2 minutes on a cold machine)"
-    local t0=$SECONDS
-    (
-        cd "$w"
-        printf 'module local/registrybin\n\ngo 1.26\n' > go.mod
-        step registry-modules go get "github.com/distribution/distribution/v3@v$REGISTRY_VERSION"
-        step registry go build -trimpath -ldflags="-s -w" \
-            -o "$bin/registry" github.com/distribution/distribution/v3/cmd/registry
-    )
-    have_version "$bin/registry" "v$REGISTRY_VERSION" \
-        || fail "registry was built but its version is not v$REGISTRY_VERSION (see $logs/registry.log)"
-    say "registry built in $((SECONDS - t0)) s"
+    build_go_program registry "$REGISTRY_VERSION" github.com/distribution/distribution/v3 \
+        github.com/distribution/distribution/v3/cmd/registry -ldflags="-s -w"
 }
 
 # The pod sandbox's process: holds the pod's namespaces until it is killed.

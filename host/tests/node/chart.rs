@@ -140,62 +140,22 @@ pub async fn helm_takes_over_tests_upgrades_and_uninstalls(cluster: &Cluster) {
 
     // Uninstall: the release's objects go; the volumes stay.
     run(helm(cluster).args(["uninstall", RELEASE, "--wait", &timeout]));
-    let gone = |found: Option<String>| assert!(found.is_none(), "{found:?} outlived the release");
-    let name = |o: Option<kube::api::ObjectMeta>| o.and_then(|m| m.name);
-    gone(name(
-        daemonsets
-            .get_opt("wasmprov-node")
-            .await
-            .unwrap()
-            .map(|o| o.metadata),
-    ));
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NS);
-    gone(name(
-        deployments
-            .get_opt("wasmprov")
-            .await
-            .unwrap()
-            .map(|o| o.metadata),
-    ));
-    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
-    gone(name(
-        configmaps
-            .get_opt("wasmprov-policy")
-            .await
-            .unwrap()
-            .map(|o| o.metadata),
-    ));
-    gone(name(
-        configmaps
-            .get_opt("wasmprov-plugin-hostpath")
-            .await
-            .unwrap()
-            .map(|o| o.metadata),
-    ));
-    let roles: Api<ClusterRole> = Api::all(client.clone());
-    gone(name(
-        roles
-            .get_opt("wasmprov-node")
-            .await
-            .unwrap()
-            .map(|o| o.metadata),
-    ));
-    let classes: Api<StorageClass> = Api::all(client.clone());
-    gone(name(
-        classes
-            .get_opt("hostpath")
-            .await
-            .unwrap()
-            .map(|o| o.metadata),
-    ));
-    let drivers: Api<CSIDriver> = Api::all(client.clone());
-    gone(name(
-        drivers
-            .get_opt("node.wasmprov.io")
-            .await
-            .unwrap()
-            .map(|o| o.metadata),
-    ));
+    gone(
+        Api::<DaemonSet>::namespaced(client.clone(), NS),
+        "wasmprov-node",
+    )
+    .await;
+    gone(
+        Api::<Deployment>::namespaced(client.clone(), NS),
+        "wasmprov",
+    )
+    .await;
+    let configmaps = Api::<ConfigMap>::namespaced(client.clone(), NS);
+    gone(configmaps.clone(), "wasmprov-policy").await;
+    gone(configmaps, "wasmprov-plugin-hostpath").await;
+    gone(Api::<ClusterRole>::all(client.clone()), "wasmprov-node").await;
+    gone(Api::<StorageClass>::all(client.clone()), "hostpath").await;
+    gone(Api::<CSIDriver>::all(client.clone()), "node.wasmprov.io").await;
     let left: Vec<PathBuf> = Api::<PersistentVolume>::all(client.clone())
         .list(&ListParams::default())
         .await
@@ -213,4 +173,18 @@ pub async fn helm_takes_over_tests_upgrades_and_uninstalls(cluster: &Cluster) {
         );
     }
     eprintln!("node e2e: helm took over deploy/, tested, upgraded the plugin and uninstalled; the volumes stayed");
+}
+
+/// Panics if `api` still has object `name`.
+async fn gone<K>(api: Api<K>, name: &str)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let found = api.get_opt(name).await.unwrap();
+    assert!(
+        found.is_none(),
+        "{} {name} outlived the release",
+        K::kind(&Default::default())
+    );
 }
