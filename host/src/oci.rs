@@ -205,6 +205,26 @@ pub async fn push(
         .map_err(|e| registry_error(reference, e))
 }
 
+/// The digest of the manifest `reference` names now (a tag's current
+/// version), asked without pulling it.
+pub async fn resolve(reference: &str, access: &Access) -> Result<String, OciError> {
+    let image = parse(reference)?;
+    client(access)
+        .fetch_manifest_digest(&image, &auth(access))
+        .await
+        .map_err(|e| registry_error(reference, e))
+}
+
+/// `reference` pinned to `digest`: `REGISTRY/REPOSITORY@digest`.
+pub fn pinned(reference: &str, digest: &str) -> Result<String, OciError> {
+    let image = parse(reference)?;
+    Ok(format!(
+        "{}/{}@{digest}",
+        image.registry(),
+        image.repository()
+    ))
+}
+
 /// Pulls the component at `reference` (a tag, or a digest that pins it).
 pub async fn pull(reference: &str, access: &Access, limits: Limits) -> Result<Pulled, OciError> {
     let image = parse(reference)?;

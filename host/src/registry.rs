@@ -57,12 +57,22 @@ pub struct Origin {
     pub item: String,
 }
 
+/// The source of plugins named by reference in the policy
+/// (`plugins.<name>.image`).
+pub const IMAGE_SOURCE: &str = "OCI registries (plugins.<name>.image in the sandbox policy)";
+
 impl Origin {
     pub fn new(source: impl Into<String>, item: impl Into<String>) -> Self {
         Self {
             source: source.into(),
             item: item.into(),
         }
+    }
+
+    /// The version `digest` of image `reference`.
+    pub fn image(reference: &str, digest: &str) -> Self {
+        let repository = reference.split('@').next().unwrap_or(reference);
+        Self::new(IMAGE_SOURCE, format!("{repository}@{digest}"))
     }
 }
 
@@ -127,6 +137,25 @@ impl PluginRegistry {
         }
     }
 
+    /// The runtime plugins are compiled and run in.
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
+    }
+
+    /// The sandbox policy in force.
+    pub fn policies(&self) -> Arc<PolicySet> {
+        self.state.read().expect("registry lock").policies.clone()
+    }
+
+    /// The digest of the version of `name` that serves, if one does.
+    pub fn serving_digest(&self, name: &str) -> Option<String> {
+        let state = self.state.read().expect("registry lock");
+        state
+            .serving
+            .get(name)
+            .map(|p| p.plugin().digest().to_owned())
+    }
+
     /// What an operator should look at although the host serves: granted
     /// directories refusing new volumes (`/readyz` shows these).
     pub fn notes(&self) -> Vec<String> {
@@ -189,6 +218,20 @@ impl PluginRegistry {
             if let Err(reason) = state.policies.serves(name) {
                 tracing::debug!(plugin = name, %origin, "not loaded: {reason}");
                 return Reload::NotHere { reason };
+            }
+            if let Some(image) = state.policies.image_for(name) {
+                if origin.source != IMAGE_SOURCE {
+                    let reason = format!(
+                        "plugin {name} comes from {} (plugins.{name}.image in the sandbox \
+                         policy), so {origin} (in {}) is not loaded: remove it there, or the \
+                         image entry",
+                        image.reference, origin.source
+                    );
+                    drop(state);
+                    tracing::error!(plugin = name, %origin, "plugin version rejected: {reason}");
+                    self.metrics.plugin_reload(name, "rejected");
+                    return Reload::Rejected { reason };
+                }
             }
             if let Some(owner) = state.owners.get(name).filter(|o| **o != origin.source) {
                 let reason = format!(

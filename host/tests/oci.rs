@@ -450,3 +450,106 @@ fn a_registry_that_wants_a_login_gets_one_from_standard_input() {
         text(&out)
     );
 }
+
+/// A host whose policy names plugin hostpath by `reference`, keeping what
+/// it pulls in `cache`.
+async fn host_of(
+    reference: &str,
+    cache: &std::path::Path,
+) -> (
+    std::sync::Arc<wasmprov::registry::PluginRegistry>,
+    tempfile::TempDir,
+) {
+    use wasmprov::delivery;
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        format!(
+            "plugins:\n  hostpath:\n    image: {{reference: {reference}, plainHttp: true, pollInterval: 1s}}\n"
+        ),
+    )
+    .unwrap();
+    let runtime = wasmprov::runtime::Runtime::new(wasmprov::runtime::RuntimeConfig {
+        cache_dir: Some(cache.to_owned()),
+        ..Default::default()
+    })
+    .unwrap();
+    let sources = delivery::Sources {
+        policy: Some(&policy),
+        ..Default::default()
+    };
+    let registry = delivery::serve(
+        sources,
+        std::sync::Arc::new(runtime),
+        std::sync::Arc::new(wasmprov::metrics::Metrics::default()),
+        delivery::WatchConfig::default(),
+    )
+    .await
+    .unwrap();
+    (registry, dir)
+}
+
+/// Waits until `host` serves hostpath at `digest`.
+async fn serving(host: &wasmprov::registry::PluginRegistry, digest: &str, what: &str) {
+    let started = Instant::now();
+    while host.serving_digest("hostpath").as_deref() != Some(digest) {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{what}: serving {:?}",
+            host.serving_digest("hostpath")
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_follows_a_plugin_by_reference_and_survives_its_registry_going() {
+    let registry = Registry::start();
+    let v1 = std::fs::read(rust_plugin_path("hostpath")).unwrap();
+    let v2 = support::variant(&v1, "oci-v2");
+    let reference = registry.reference("plugins/hostpath:stable");
+    oci::push(&reference, "hostpath", &v1, &plain())
+        .await
+        .unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let (host, _policy) = host_of(&reference, cache.path()).await;
+    serving(&host, &oci::digest(&v1), "the tag's first version").await;
+    // Another source's version of it is not loaded: the policy names its source.
+    let other = wasmprov::registry::Origin::new("the plugins directory", "hostpath.wasm");
+    match host.apply("hostpath", v2.clone(), &other).await {
+        wasmprov::registry::Reload::Rejected { reason } => assert!(
+            reason.contains(&format!("comes from {reference} (plugins.hostpath.image")),
+            "{reason}"
+        ),
+        other => panic!("{other:?}"),
+    }
+
+    // The tag moves: the new version serves after the next look.
+    oci::push(&reference, "hostpath", &v2, &plain())
+        .await
+        .unwrap();
+    serving(&host, &oci::digest(&v2), "the tag's new version").await;
+
+    // The tag moves to something that is no plugin: refused, and the
+    // version serving keeps serving.
+    push_raw(
+        &reference,
+        WASM_CONFIG,
+        &[(WASM_LAYER, b"\0asm\x0d\0\x01\0broken")],
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(host.serving_digest("hostpath"), Some(oci::digest(&v2)));
+
+    // The registry goes; a host starting now serves the last good version
+    // from its disk cache.
+    drop(registry);
+    let (restarted, _policy) = host_of(&reference, cache.path()).await;
+    serving(
+        &restarted,
+        &oci::digest(&v2),
+        "the cached version, registry gone",
+    )
+    .await;
+}

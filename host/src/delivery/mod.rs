@@ -12,6 +12,7 @@
 pub mod configmaps;
 pub mod directory;
 pub mod encoding;
+mod images;
 pub mod package;
 mod policy_file;
 mod watch;
@@ -74,9 +75,13 @@ pub async fn serve(
     if let Some(cm) = &sources.configmaps {
         described.push(configmaps::describe(&cm.namespace));
     }
+    if policies.images().next().is_some() {
+        described.push(crate::registry::IMAGE_SOURCE.to_owned());
+    }
     anyhow::ensure!(
         !described.is_empty(),
-        "no plugin source: pass --plugins-dir DIR, --plugin-configmaps, or both"
+        "no plugin source: pass --plugins-dir DIR, --plugin-configmaps, or both, or name \
+         plugins by image in the sandbox policy"
     );
     let registry = Arc::new(PluginRegistry::new(
         runtime,
@@ -105,6 +110,16 @@ pub async fn serve(
         ),
         None => None,
     };
+    // Plugins by reference: followed whenever the policy names some (a
+    // reloaded policy may add them).
+    if policy_file.is_some() || policies.images().next().is_some() {
+        let cache = runtime_cache(&registry);
+        supervise(
+            &registry,
+            "the OCI registry source",
+            images::run(registry.clone(), cache),
+        );
+    }
     let serving: Vec<String> = registry.serving().into_iter().map(|(n, _)| n).collect();
     for name in policies.plugin_names() {
         if !serving.iter().any(|s| s == name) {
@@ -131,6 +146,11 @@ pub async fn serve(
         );
     }
     Ok(registry)
+}
+
+/// The compile cache directory of the registry's runtime.
+fn runtime_cache(registry: &PluginRegistry) -> Option<std::path::PathBuf> {
+    registry.runtime().cache_dir().map(Path::to_path_buf)
 }
 
 /// Runs a plugin loader on its own task. Loaders run for the life of the

@@ -26,6 +26,7 @@
 //!       paths: [/var/lib/wasmprov/hostpath]
 //!     runsOn: node                            # served by the host on each node
 //!     capacity: {reserve: 1Gi}                # what its node hosts leave free: see [`capacity`]
+//!     image: {reference: registry.example.com/plugins/hostpath:1.0.0}  # its code: see [`image`]
 //! ```
 //!
 //! `runsOn: node` gives a plugin to the hosts running on every node
@@ -54,9 +55,11 @@ use crate::quantity;
 
 pub mod capacity;
 pub mod guarded;
+pub mod image;
 pub mod output;
 
 pub use capacity::CapacityPolicy;
+pub use image::ImageSource;
 pub use output::OutputPolicy;
 use output::OutputSpec;
 
@@ -179,6 +182,8 @@ pub struct PolicySet {
     /// Plugins the file gives to the other side: checked as far as can be
     /// without their node's directories, then left to that side's hosts.
     elsewhere: BTreeMap<String, RunsOn>,
+    /// This side's plugins whose code comes from a registry.
+    images: BTreeMap<String, ImageSource>,
 }
 
 impl PolicySet {
@@ -225,8 +230,15 @@ impl PolicySet {
             .map_err(|(f, m)| invalid(f, m))?;
         let mut plugins = BTreeMap::new();
         let mut elsewhere = BTreeMap::new();
+        let mut images = BTreeMap::new();
         for (name, mut spec) in file.plugins {
             let field = format!("plugins.{name}");
+            if let Some(image) = spec.image.take() {
+                let image = image.resolve(&field).map_err(|(f, m)| invalid(f, m))?;
+                if spec.runs_on.unwrap_or_default() == side {
+                    images.insert(name.clone(), image);
+                }
+            }
             let runs_on = spec.runs_on.unwrap_or_default();
             if runs_on == RunsOn::Node {
                 spec.output
@@ -306,6 +318,7 @@ impl PolicySet {
             plugins,
             side,
             elsewhere,
+            images,
         })
     }
 
@@ -342,6 +355,17 @@ impl PolicySet {
             .get(name)
             .map(|(sandbox, _)| sandbox.clone())
             .unwrap_or_else(|| self.defaults.clone())
+    }
+
+    /// Where the named plugin's code comes from, if from a registry
+    /// (`plugins.<name>.image`).
+    pub fn image_for(&self, name: &str) -> Option<&ImageSource> {
+        self.images.get(name)
+    }
+
+    /// The plugins of this side whose code comes from a registry.
+    pub fn images(&self) -> impl Iterator<Item = (&str, &ImageSource)> {
+        self.images.iter().map(|(n, i)| (n.as_str(), i))
     }
 
     /// What the named plugin may return (nothing if it has no entry).
@@ -446,6 +470,8 @@ struct PluginSpec {
     runs_on: Option<RunsOn>,
     #[serde(default)]
     capacity: Option<capacity::CapacitySpec>,
+    #[serde(default)]
+    image: Option<image::ImageSpec>,
 }
 
 #[derive(Debug, Deserialize)]

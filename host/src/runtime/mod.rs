@@ -492,6 +492,12 @@ impl Runtime {
         })
     }
 
+    /// Where compiled plugins are kept across restarts, if anywhere
+    /// (`--cache-dir`); other caches of plugins may live beside them.
+    pub fn cache_dir(&self) -> Option<&std::path::Path> {
+        self.config.cache_dir.as_deref()
+    }
+
     /// Calls running well past their budget, which no timer could end (a
     /// thread blocked in a filesystem call): the host is then not ready.
     pub fn stuck_calls(&self) -> Vec<String> {
