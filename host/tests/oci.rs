@@ -452,10 +452,11 @@ fn a_registry_that_wants_a_login_gets_one_from_standard_input() {
 }
 
 /// A host whose policy names plugin hostpath by `reference`, keeping what
-/// it pulls in `cache`.
+/// it pulls in `cache`, logging in with the dockerconfigjson `credentials`.
 async fn host_of(
     reference: &str,
     cache: &std::path::Path,
+    credentials: Option<&std::path::Path>,
 ) -> (
     std::sync::Arc<wasmprov::registry::PluginRegistry>,
     tempfile::TempDir,
@@ -466,7 +467,13 @@ async fn host_of(
     std::fs::write(
         &policy,
         format!(
-            "plugins:\n  hostpath:\n    image: {{reference: {reference}, plainHttp: true, pollInterval: 1s}}\n"
+            "plugins:\n  hostpath:\n    image: {{reference: {reference}, pollInterval: 1s}}\n\
+             registries:\n  {registry}: {{plainHttp: true{credentials}}}\n",
+            registry = reference.split('/').next().unwrap(),
+            credentials = match credentials {
+                Some(file) => format!(", credentials: {}", file.display()),
+                None => String::new(),
+            }
         ),
     )
     .unwrap();
@@ -513,7 +520,7 @@ async fn a_host_follows_a_plugin_by_reference_and_survives_its_registry_going() 
         .await
         .unwrap();
     let cache = tempfile::tempdir().unwrap();
-    let (host, _policy) = host_of(&reference, cache.path()).await;
+    let (host, _policy) = host_of(&reference, cache.path(), None).await;
     serving(&host, &oci::digest(&v1), "the tag's first version").await;
     // Another source's version of it is not loaded: the policy names its source.
     let other = wasmprov::registry::Origin::new("the plugins directory", "hostpath.wasm");
@@ -545,11 +552,47 @@ async fn a_host_follows_a_plugin_by_reference_and_survives_its_registry_going() 
     // The registry goes; a host starting now serves the last good version
     // from its disk cache.
     drop(registry);
-    let (restarted, _policy) = host_of(&reference, cache.path()).await;
+    let (restarted, _policy) = host_of(&reference, cache.path(), None).await;
     serving(
         &restarted,
         &oci::digest(&v2),
         "the cached version, registry gone",
     )
     .await;
+}
+
+/// A `.dockerconfigjson` holding `user`'s `password` for `registry`.
+fn dockerconfigjson(registry: &str, user: &str, password: &str) -> String {
+    use base64::Engine;
+    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+    format!(r#"{{"auths":{{"{registry}":{{"auth":"{auth}"}}}}}}"#)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_logs_in_with_a_mounted_secret_and_follows_its_rotation() {
+    let registry = Registry::with_login("host", "right");
+    let component = std::fs::read(rust_plugin_path("hostpath")).unwrap();
+    let reference = registry.reference("private/hostpath:1");
+    let author = Access {
+        plain_http: true,
+        credentials: Some(("host".into(), "right".into())),
+    };
+    oci::push(&reference, "hostpath", &component, &author)
+        .await
+        .unwrap();
+    // The Secret as mounted, with a stale password first.
+    let secret = tempfile::tempdir().unwrap();
+    let file = secret.path().join(".dockerconfigjson");
+    std::fs::write(&file, dockerconfigjson(&registry.addr, "host", "stale")).unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let (host, _policy) = host_of(&reference, cache.path(), Some(&file)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        host.serving_digest("hostpath"),
+        None,
+        "served with a stale login"
+    );
+    // The Secret is rotated: the next look uses the new login.
+    std::fs::write(&file, dockerconfigjson(&registry.addr, "host", "right")).unwrap();
+    serving(&host, &oci::digest(&component), "after the rotation").await;
 }

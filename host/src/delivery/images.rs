@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::oci::{self, Access, Limits};
-use crate::policy::ImageSource;
+use crate::policy::{ImageSource, PolicySet};
 use crate::registry::{Origin, PluginRegistry, Reload};
 
 /// How often the policy's references are looked at.
@@ -54,7 +54,15 @@ pub async fn run(registry: Arc<PluginRegistry>, cache: Option<PathBuf>) {
             if Instant::now() < entry.next {
                 continue;
             }
-            let served = update(&registry, name, image, entry, cache.as_deref()).await;
+            let served = match access_for(&policies, image) {
+                Ok(access) => {
+                    update(&registry, name, image, &access, entry, cache.as_deref()).await
+                }
+                Err(e) => {
+                    tracing::error!(plugin = name, reference = %image.reference, "{e}; trying again");
+                    false
+                }
+            };
             entry.next = Instant::now()
                 + match served {
                     true if image.pinned => Duration::MAX / 4,
@@ -72,14 +80,11 @@ async fn update(
     registry: &PluginRegistry,
     name: &str,
     image: &ImageSource,
+    access: &Access,
     tracked: &mut Tracked,
     cache: Option<&Path>,
 ) -> bool {
-    let access = Access {
-        plain_http: image.plain_http,
-        credentials: None,
-    };
-    let digest = match oci::resolve(&image.reference, &access).await {
+    let digest = match oci::resolve(&image.reference, access).await {
         Ok(digest) => digest,
         Err(e) => {
             if tracked.digest.is_none() {
@@ -98,7 +103,7 @@ async fn update(
     if tracked.digest.as_deref() == Some(digest.as_str()) {
         return true;
     }
-    let pulled = match load(cache, &image.reference, &digest, &access).await {
+    let pulled = match load(cache, &image.reference, &digest, access).await {
         Ok(pulled) => pulled,
         Err(e) => {
             tracing::error!(plugin = name, reference = %image.reference, %digest, "cannot pull the plugin: {e}; the version serving now (if any) keeps serving");
@@ -112,6 +117,71 @@ async fn update(
         remember(cache, name, &image.reference, &digest);
     }
     true
+}
+
+/// How to reach `image`'s registry now: the policy's `registries` entry,
+/// with the login read from its credentials file at each look (a rotated
+/// Secret takes effect without a restart).
+fn access_for(policies: &PolicySet, image: &ImageSource) -> Result<Access, String> {
+    let registry = policies.registry_access(&image.registry);
+    let credentials = match &registry.credentials {
+        None => None,
+        Some(file) => login(file, &image.registry).map_err(|e| {
+            format!(
+                "cannot use the login for {} in {} (registries.{}.credentials): {e}",
+                image.registry,
+                file.display(),
+                image.registry
+            )
+        })?,
+    };
+    Ok(Access {
+        plain_http: registry.plain_http,
+        credentials,
+    })
+}
+
+/// The login for `registry` in a `.dockerconfigjson` file (`auths`, keyed
+/// by host, with `auth` = base64 of `user:password`, or `username` and
+/// `password`). None: the file has no entry for it.
+fn login(file: &Path, registry: &str) -> Result<Option<(String, String)>, String> {
+    use base64::Engine;
+    let text = std::fs::read_to_string(file).map_err(|e| e.to_string())?;
+    let config: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("not JSON: {e}"))?;
+    let auths = config["auths"]
+        .as_object()
+        .ok_or("no \"auths\" object (is it a kubernetes.io/dockerconfigjson Secret?)")?;
+    let host_of = |key: &str| {
+        let key = key
+            .trim_start_matches("https://")
+            .trim_start_matches("http://");
+        key.split('/').next().unwrap_or(key).to_owned()
+    };
+    let Some(entry) = auths
+        .iter()
+        .find(|(k, _)| host_of(k) == registry)
+        .map(|(_, v)| v)
+    else {
+        return Ok(None);
+    };
+    if let Some(auth) = entry["auth"].as_str() {
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(auth.trim())
+            .map_err(|e| format!("its auth for {registry} is not base64: {e}"))?;
+        let decoded = String::from_utf8(decoded)
+            .map_err(|_| format!("its auth for {registry} is not text"))?;
+        let (user, password) = decoded
+            .split_once(':')
+            .ok_or(format!("its auth for {registry} is not user:password"))?;
+        return Ok(Some((user.to_owned(), password.to_owned())));
+    }
+    match (entry["username"].as_str(), entry["password"].as_str()) {
+        (Some(user), Some(password)) => Ok(Some((user.to_owned(), password.to_owned()))),
+        _ => Err(format!(
+            "its entry for {registry} has neither auth nor username and password"
+        )),
+    }
 }
 
 /// The component of `digest`: from the disk cache, or pulled (and kept).

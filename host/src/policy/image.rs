@@ -7,13 +7,19 @@
 //!     image:
 //!       reference: registry.example.com/plugins/hostpath:1.0.0   # or …@sha256:<digest>
 //!       pollInterval: 5m      # how often a tag is looked up again (default)
-//!       plainHttp: false      # true only for a registry without TLS
+//! registries:                 # how to reach each registry (optional)
+//!   registry.example.com:
+//!     credentials: /etc/wasmprov/registry-auth/.dockerconfigjson  # a mounted Secret
+//!     plainHttp: false        # true only for a registry without TLS
 //! ```
 //!
 //! A digest pins one version; a tag is looked up every `pollInterval`, and
 //! a new digest behind it is a new version, validated before it serves
-//! like any reload.
+//! like any reload. The credentials file (a `kubernetes.io/dockerconfigjson`
+//! Secret's `.dockerconfigjson`) is read at each look, so a rotated Secret
+//! takes effect without a restart.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -28,10 +34,19 @@ const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(300);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ImageSource {
     pub reference: String,
+    /// The registry host of `reference` (`registry.example.com:5000`).
+    pub registry: String,
     /// Whether `reference` names a digest (one version, never polled).
     pub pinned: bool,
     pub poll_interval: Duration,
+}
+
+/// How to reach one registry.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RegistryAccess {
     pub plain_http: bool,
+    /// A `.dockerconfigjson` file holding the registry's login.
+    pub credentials: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -39,8 +54,35 @@ pub struct ImageSource {
 pub(super) struct ImageSpec {
     reference: String,
     poll_interval: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(super) struct RegistrySpec {
     #[serde(default)]
     plain_http: bool,
+    credentials: Option<PathBuf>,
+}
+
+impl RegistrySpec {
+    pub(super) fn resolve(self, field: &str) -> Result<RegistryAccess, FieldError> {
+        if let Some(path) = &self.credentials {
+            if !path.is_absolute() {
+                return Err((
+                    format!("{field}.credentials"),
+                    format!(
+                        "{} must be an absolute path (where the dockerconfigjson Secret is \
+                         mounted)",
+                        path.display()
+                    ),
+                ));
+            }
+        }
+        Ok(RegistryAccess {
+            plain_http: self.plain_http,
+            credentials: self.credentials,
+        })
+    }
 }
 
 impl ImageSpec {
@@ -75,9 +117,9 @@ impl ImageSpec {
         };
         Ok(ImageSource {
             pinned: parsed.digest().is_some(),
+            registry: parsed.registry().to_owned(),
             reference,
             poll_interval,
-            plain_http: self.plain_http,
         })
     }
 }
@@ -96,18 +138,27 @@ mod tests {
     fn a_tag_is_polled_and_a_digest_pins() {
         let set = parse(
             "plugins:\n  a: {image: {reference: r.example/p/a:1, pollInterval: 30s}}\n  \
-             b: {image: {reference: \"r.example/p/b@sha256:0000000000000000000000000000000000000000000000000000000000000000\", plainHttp: true}}\n",
+             b: {image: {reference: \"r.example/p/b@sha256:0000000000000000000000000000000000000000000000000000000000000000\"}}\n\
+             registries: {r.example: {plainHttp: true, credentials: /etc/auth/.dockerconfigjson}}\n",
         )
         .unwrap();
         let a = set.image_for("a").unwrap();
         assert_eq!(
-            (a.pinned, a.poll_interval, a.plain_http),
-            (false, Duration::from_secs(30), false)
+            (a.pinned, a.poll_interval),
+            (false, Duration::from_secs(30))
         );
+        assert_eq!(a.registry, "r.example");
         let b = set.image_for("b").unwrap();
-        assert!(b.pinned && b.plain_http);
+        assert!(b.pinned);
         assert_eq!(b.poll_interval, Duration::from_secs(300));
         assert!(set.image_for("c").is_none());
+        let access = set.registry_access("r.example");
+        assert!(access.plain_http);
+        assert_eq!(
+            access.credentials.as_deref(),
+            Some(Path::new("/etc/auth/.dockerconfigjson"))
+        );
+        assert_eq!(set.registry_access("elsewhere.example"), Default::default());
     }
 
     #[test]
@@ -124,6 +175,10 @@ mod tests {
             (
                 "plugins: {a: {image: {reference: r.example/a:1, pollInterval: often}}}",
                 "not a duration",
+            ),
+            (
+                "registries: {r.example: {credentials: auth.json}}",
+                "registries.r.example.credentials",
             ),
             (
                 "plugins: {a: {image: {ref: r.example/a:1}}}",

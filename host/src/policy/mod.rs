@@ -59,7 +59,7 @@ pub mod image;
 pub mod output;
 
 pub use capacity::CapacityPolicy;
-pub use image::ImageSource;
+pub use image::{ImageSource, RegistryAccess};
 pub use output::OutputPolicy;
 use output::OutputSpec;
 
@@ -184,6 +184,8 @@ pub struct PolicySet {
     elsewhere: BTreeMap<String, RunsOn>,
     /// This side's plugins whose code comes from a registry.
     images: BTreeMap<String, ImageSource>,
+    /// How to reach registries, by host.
+    registries: BTreeMap<String, RegistryAccess>,
 }
 
 impl PolicySet {
@@ -313,12 +315,20 @@ impl PolicySet {
         for (name, (sandbox, _)) in &mut plugins {
             sandbox.guard_volumes = guarded.contains(name);
         }
+        let mut registries = BTreeMap::new();
+        for (host, spec) in file.registries {
+            let access = spec
+                .resolve(&format!("registries.{host}"))
+                .map_err(|(f, m)| invalid(f, m))?;
+            registries.insert(host, access);
+        }
         Ok(Self {
             defaults,
             plugins,
             side,
             elsewhere,
             images,
+            registries,
         })
     }
 
@@ -361,6 +371,12 @@ impl PolicySet {
     /// (`plugins.<name>.image`).
     pub fn image_for(&self, name: &str) -> Option<&ImageSource> {
         self.images.get(name)
+    }
+
+    /// How to reach registry `host` (`registries.<host>`; none: HTTPS,
+    /// anonymous).
+    pub fn registry_access(&self, host: &str) -> RegistryAccess {
+        self.registries.get(host).cloned().unwrap_or_default()
     }
 
     /// The plugins of this side whose code comes from a registry.
@@ -438,6 +454,8 @@ struct PolicyFile {
     defaults: LimitsSpec,
     #[serde(default)]
     plugins: BTreeMap<String, PluginSpec>,
+    #[serde(default)]
+    registries: BTreeMap<String, image::RegistrySpec>,
 }
 
 #[derive(Debug, Default, Deserialize)]
