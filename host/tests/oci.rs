@@ -521,7 +521,8 @@ async fn a_host_follows_a_plugin_by_reference_and_survives_its_registry_going() 
         .unwrap();
     let cache = tempfile::tempdir().unwrap();
     let (host, _policy) = host_of(&reference, cache.path(), None).await;
-    serving(&host, &oci::digest(&v1), "the tag's first version").await;
+    // Looked up before the host is ready.
+    assert_eq!(host.serving_digest("hostpath"), Some(oci::digest(&v1)));
     // Another source's version of it is not loaded: the policy names its source.
     let other = wasmprov::registry::Origin::new("the plugins directory", "hostpath.wasm");
     match host.apply("hostpath", v2.clone(), &other).await {

@@ -31,19 +31,37 @@ struct Tracked {
     next: Instant,
 }
 
-/// Follows the policy's image references for ever.
-pub async fn run(registry: Arc<PluginRegistry>, cache: Option<PathBuf>) {
-    let cache = cache.map(|dir| dir.join("oci"));
-    let mut tracked: HashMap<String, Tracked> = HashMap::new();
-    loop {
-        let policies = registry.policies();
-        tracked.retain(|name, _| policies.image_for(name).is_some());
+/// Follows the policy's image references.
+pub struct Follower {
+    registry: Arc<PluginRegistry>,
+    cache: Option<PathBuf>,
+    tracked: HashMap<String, Tracked>,
+}
+
+impl Follower {
+    /// Keeps pulled components under `cache`/oci, if given.
+    pub fn new(registry: Arc<PluginRegistry>, cache: Option<PathBuf>) -> Self {
+        Follower {
+            registry,
+            cache: cache.map(|dir| dir.join("oci")),
+            tracked: HashMap::new(),
+        }
+    }
+
+    /// Looks up every reference that is due, and hands new versions over.
+    pub async fn round(&mut self) {
+        let policies = self.registry.policies();
+        self.tracked
+            .retain(|name, _| policies.image_for(name).is_some());
         for (name, image) in policies.images() {
-            let entry = tracked.entry(name.to_owned()).or_insert_with(|| Tracked {
-                reference: image.reference.clone(),
-                digest: None,
-                next: Instant::now(),
-            });
+            let entry = self
+                .tracked
+                .entry(name.to_owned())
+                .or_insert_with(|| Tracked {
+                    reference: image.reference.clone(),
+                    digest: None,
+                    next: Instant::now(),
+                });
             if entry.reference != image.reference {
                 *entry = Tracked {
                     reference: image.reference.clone(),
@@ -56,7 +74,8 @@ pub async fn run(registry: Arc<PluginRegistry>, cache: Option<PathBuf>) {
             }
             let served = match access_for(&policies, image) {
                 Ok(access) => {
-                    update(&registry, name, image, &access, entry, cache.as_deref()).await
+                    let cache = self.cache.as_deref();
+                    update(&self.registry, name, image, &access, entry, cache).await
                 }
                 Err(e) => {
                     tracing::error!(plugin = name, reference = %image.reference, "{e}; trying again");
@@ -70,7 +89,14 @@ pub async fn run(registry: Arc<PluginRegistry>, cache: Option<PathBuf>) {
                     false => RETRY.min(image.poll_interval),
                 };
         }
-        tokio::time::sleep(TICK).await;
+    }
+
+    /// Follows the references for ever.
+    pub async fn run(mut self) {
+        loop {
+            self.round().await;
+            tokio::time::sleep(TICK).await;
+        }
     }
 }
 

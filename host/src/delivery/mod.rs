@@ -110,15 +110,20 @@ pub async fn serve(
         ),
         None => None,
     };
-    // Plugins by reference: followed whenever the policy names some (a
-    // reloaded policy may add them).
+    // Plugins by reference: a first look before the host reports ready
+    // (bounded: a slow registry must not hold the host back for ever),
+    // then followed whenever the policy names some (a reloaded policy may
+    // add them).
     if policy_file.is_some() || policies.images().next().is_some() {
-        let cache = runtime_cache(&registry);
-        supervise(
-            &registry,
-            "the OCI registry source",
-            images::run(registry.clone(), cache),
-        );
+        let mut follower = images::Follower::new(registry.clone(), runtime_cache(&registry));
+        if policies.images().next().is_some()
+            && tokio::time::timeout(FIRST_IMAGE_LOOK, follower.round())
+                .await
+                .is_err()
+        {
+            tracing::warn!("the plugins named by image were not all looked up within {FIRST_IMAGE_LOOK:?}; serving without them until their registries answer");
+        }
+        supervise(&registry, "the OCI registry source", follower.run());
     }
     let serving: Vec<String> = registry.serving().into_iter().map(|(n, _)| n).collect();
     for name in policies.plugin_names() {
@@ -147,6 +152,10 @@ pub async fn serve(
     }
     Ok(registry)
 }
+
+/// The longest a host waits at start for the plugins its policy names by
+/// image.
+const FIRST_IMAGE_LOOK: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The compile cache directory of the registry's runtime.
 fn runtime_cache(registry: &PluginRegistry) -> Option<std::path::PathBuf> {
