@@ -534,7 +534,7 @@ async fn a_host_follows_a_plugin_by_reference_and_survives_its_registry_going() 
     }
 
     // The tag moves: the new version serves after the next look.
-    oci::push(&reference, "hostpath", &v2, &plain())
+    let v2_manifest = oci::push(&reference, "hostpath", &v2, &plain())
         .await
         .unwrap();
     serving(&host, &oci::digest(&v2), "the tag's new version").await;
@@ -549,6 +549,15 @@ async fn a_host_follows_a_plugin_by_reference_and_survives_its_registry_going() 
     .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(host.serving_digest("hostpath"), Some(oci::digest(&v2)));
+
+    // A digest reference pins that version, whatever the tag does.
+    let pinned = registry.reference(&format!("plugins/hostpath@{v2_manifest}"));
+    let pinned_cache = tempfile::tempdir().unwrap();
+    let (pinned_host, _policy) = host_of(&pinned, pinned_cache.path(), None).await;
+    assert_eq!(
+        pinned_host.serving_digest("hostpath"),
+        Some(oci::digest(&v2))
+    );
 
     // The registry goes; a host starting now serves the last good version
     // from its disk cache.

@@ -22,6 +22,9 @@ use crate::registry::{Origin, PluginRegistry, Reload};
 const TICK: Duration = Duration::from_secs(1);
 /// The wait before trying again a reference that could not be served.
 const RETRY: Duration = Duration::from_secs(10);
+/// "Never" for a digest reference once served (a year: any longer could
+/// overflow an `Instant`).
+const PINNED: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// What this source knows of one plugin.
 struct Tracked {
@@ -82,12 +85,14 @@ impl Follower {
                     false
                 }
             };
-            entry.next = Instant::now()
-                + match served {
-                    true if image.pinned => Duration::MAX / 4,
-                    true => image.poll_interval,
-                    false => RETRY.min(image.poll_interval),
-                };
+            // A pinned version never changes: looked at again only if the
+            // policy changes its reference.
+            let wait = match served {
+                true if image.pinned => PINNED,
+                true => image.poll_interval,
+                false => RETRY.min(image.poll_interval),
+            };
+            entry.next = Instant::now() + wait;
         }
     }
 
