@@ -10,6 +10,7 @@
 pub mod cli;
 pub mod delivery;
 pub mod events;
+pub mod files;
 pub mod leader;
 pub mod lifecycle;
 pub mod metrics;

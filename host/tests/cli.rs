@@ -9,13 +9,6 @@ use std::process::Output;
 use k8s_openapi::api::core::v1::PersistentVolume;
 use support::*;
 
-fn wasmprov(args: &[&str]) -> Output {
-    wasmprov_command()
-        .args(args)
-        .output()
-        .expect("run wasmprov")
-}
-
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }

@@ -16,7 +16,7 @@ use oci_client::client::{ClientConfig, ClientProtocol, Config, ImageLayer};
 use oci_client::manifest::OciImageManifest;
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
-use support::{rust_plugin_path, wasmprov_command};
+use support::{rust_plugin_path, wasmprov, wasmprov_command};
 use wasmprov::oci::{self, Access, Limits, LEGACY_WASM_LAYER, WASM_CONFIG, WASM_LAYER};
 
 /// A registry on loopback, stopped when dropped.
@@ -117,13 +117,6 @@ fn plain() -> Access {
     }
 }
 
-fn wasmprov(args: &[&str]) -> Output {
-    wasmprov_command()
-        .args(args)
-        .output()
-        .expect("run wasmprov")
-}
-
 fn text(out: &Output) -> String {
     format!(
         "{}{}",
@@ -132,13 +125,19 @@ fn text(out: &Output) -> String {
     )
 }
 
-/// Pushes an artifact of our own making: `layers` as (media type, bytes).
-async fn push_raw(reference: &str, config_type: &str, layers: &[(&str, &[u8])]) {
+/// A registry client of our own, over plain HTTP: to make and read
+/// artifacts `wasmprov` would not.
+fn raw_client() -> Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let client = Client::new(ClientConfig {
+    Client::new(ClientConfig {
         protocol: ClientProtocol::Http,
         ..Default::default()
-    });
+    })
+}
+
+/// Pushes an artifact of our own making: `layers` as (media type, bytes).
+async fn push_raw(reference: &str, config_type: &str, layers: &[(&str, &[u8])]) {
+    let client = raw_client();
     let layers: Vec<ImageLayer> = layers
         .iter()
         .map(|(media_type, data)| ImageLayer::new(data.to_vec(), media_type.to_string(), None))
@@ -209,12 +208,7 @@ async fn a_pushed_plugin_pulls_back_byte_for_byte_in_the_cncf_layout() {
 
     // The CNCF layout: the config says what the component imports and
     // exports; one application/wasm layer, titled.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let client = Client::new(ClientConfig {
-        protocol: ClientProtocol::Http,
-        ..Default::default()
-    });
-    let (manifest, _) = client
+    let (manifest, _) = raw_client()
         .pull_manifest_raw(
             &reference.parse::<Reference>().unwrap(),
             &RegistryAuth::Anonymous,

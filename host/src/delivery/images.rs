@@ -247,10 +247,7 @@ fn last_file(cache: &Path, name: &str) -> PathBuf {
 
 fn keep(dir: &Path, file: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    std::io::Write::write_all(&mut tmp, bytes)?;
-    tmp.persist(file).map_err(|e| e.error)?;
-    Ok(())
+    crate::files::write_whole(file, bytes)
 }
 
 /// Records that `name` served `digest` of `reference`.

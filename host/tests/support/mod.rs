@@ -29,6 +29,14 @@ pub fn workspace_root() -> PathBuf {
 
 /// The `wasmprov` command as the tests run it: the compile cache they share
 /// (a plugin is compiled once, not once per test), and only warnings logged.
+/// `wasmprov ARGS…`, run to the end.
+pub fn wasmprov(args: &[&str]) -> std::process::Output {
+    wasmprov_command()
+        .args(args)
+        .output()
+        .expect("run wasmprov")
+}
+
 pub fn wasmprov_command() -> std::process::Command {
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_wasmprov"));
     command

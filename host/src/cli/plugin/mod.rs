@@ -163,20 +163,10 @@ fn name_of_file(file: &std::path::Path) -> anyhow::Result<String> {
         .to_owned())
 }
 
-/// Writes `bytes` to `out` so that it appears whole or not at all (a file
-/// watcher or a reader never sees half a component).
+/// Writes `bytes` to `out` whole (a file watcher never sees half a
+/// component).
 fn write_atomically(out: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
-    let dir = match out.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent,
-        _ => std::path::Path::new("."),
-    };
-    let mut file = tempfile::NamedTempFile::new_in(dir)
-        .with_context(|| format!("cannot write in {}", dir.display()))?;
-    std::io::Write::write_all(&mut file, bytes)
-        .with_context(|| format!("cannot write {}", out.display()))?;
-    file.persist(out)
-        .with_context(|| format!("cannot write {}", out.display()))?;
-    Ok(())
+    crate::files::write_whole(out, bytes).with_context(|| format!("cannot write {}", out.display()))
 }
 
 fn runtime(args: &RuntimeArgs) -> anyhow::Result<Runtime> {

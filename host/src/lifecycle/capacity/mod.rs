@@ -399,11 +399,12 @@ fn local_path(pv: &PersistentVolume) -> Option<&Path> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use serde_json::json;
 
-    fn own() -> OwnNode {
+    /// The node of the tests' host.
+    pub(in crate::lifecycle::capacity) fn own() -> OwnNode {
         OwnNode {
             name: "n1".into(),
             hostname: "n1".into(),

@@ -239,14 +239,8 @@ pub(super) async fn read_node<P>(ctx: &Context<P>, own: &OwnNode) -> Option<Node
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::own;
     use super::*;
-
-    fn own() -> OwnNode {
-        OwnNode {
-            name: "n1".into(),
-            hostname: "n1".into(),
-        }
-    }
 
     fn figure(available: u64, maximum: u64) -> ReportedCapacity {
         ReportedCapacity {
