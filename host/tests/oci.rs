@@ -44,6 +44,34 @@ impl Registry {
         })
     }
 
+    /// A registry serving HTTPS with a certificate from a private
+    /// authority, whose certificate (PEM) is in the returned file.
+    fn with_private_ca() -> (Self, tempfile::TempDir) {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+        let ca_dir = tempfile::tempdir().unwrap();
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca_cert = ca.self_signed(&ca_key).unwrap();
+        std::fs::write(ca_dir.path().join("ca.crt"), ca_cert.pem()).unwrap();
+        let issuer = Issuer::new(ca, ca_key);
+        let key = KeyPair::generate().unwrap();
+        let cert = CertificateParams::new(vec!["127.0.0.1".to_owned()])
+            .unwrap()
+            .signed_by(&key, &issuer)
+            .unwrap();
+        let registry = Self::start_with(|dir| {
+            std::fs::write(dir.join("tls.crt"), cert.pem()).unwrap();
+            std::fs::write(dir.join("tls.key"), key.serialize_pem()).unwrap();
+            format!(
+                "  tls:\n    certificate: {}\n    key: {}\n",
+                dir.join("tls.crt").display(),
+                dir.join("tls.key").display()
+            )
+        });
+        (registry, ca_dir)
+    }
+
     /// A registry whose configuration ends with what `extra` returns; it
     /// may write files in the registry's directory, which it is given.
     fn start_with(extra: impl FnOnce(&std::path::Path) -> String) -> Self {
@@ -113,7 +141,7 @@ impl Drop for Registry {
 fn plain() -> Access {
     Access {
         plain_http: true,
-        credentials: None,
+        ..Default::default()
     }
 }
 
@@ -446,11 +474,12 @@ fn a_registry_that_wants_a_login_gets_one_from_standard_input() {
 }
 
 /// A host whose policy names plugin hostpath by `reference`, keeping what
-/// it pulls in `cache`, logging in with the dockerconfigjson `credentials`.
+/// it pulls in `cache`, reaching registries as `registries` (the policy's
+/// `registries:` block, indented) says.
 async fn host_of(
     reference: &str,
     cache: &std::path::Path,
-    credentials: Option<&std::path::Path>,
+    registries: &str,
 ) -> (
     std::sync::Arc<wasmprov::registry::PluginRegistry>,
     tempfile::TempDir,
@@ -462,12 +491,7 @@ async fn host_of(
         &policy,
         format!(
             "plugins:\n  hostpath:\n    image: {{reference: {reference}, pollInterval: 1s}}\n\
-             registries:\n  {registry}: {{plainHttp: true{credentials}}}\n",
-            registry = reference.split('/').next().unwrap(),
-            credentials = match credentials {
-                Some(file) => format!(", credentials: {}", file.display()),
-                None => String::new(),
-            }
+             registries:\n{registries}"
         ),
     )
     .unwrap();
@@ -489,6 +513,32 @@ async fn host_of(
     .await
     .unwrap();
     (registry, dir)
+}
+
+/// Points `to` (a tag) at the manifest `from` names, as `oras tag` does.
+async fn retag(from: &str, to: &str) {
+    let client = raw_client();
+    let (body, _) = client
+        .pull_manifest_raw(
+            &from.parse().unwrap(),
+            &RegistryAuth::Anonymous,
+            &[oci_client::manifest::OCI_IMAGE_MEDIA_TYPE],
+        )
+        .await
+        .unwrap();
+    client
+        .push_manifest_raw(
+            &to.parse().unwrap(),
+            body,
+            oci_client::manifest::OCI_IMAGE_MEDIA_TYPE.parse().unwrap(),
+        )
+        .await
+        .unwrap();
+}
+
+/// The `registries:` entry for `registry`: plain HTTP.
+fn plain_http(registry: &Registry) -> String {
+    format!("  {}: {{plainHttp: true}}\n", registry.addr)
 }
 
 /// Waits until `host` serves hostpath at `digest`.
@@ -514,7 +564,7 @@ async fn a_host_follows_a_plugin_by_reference_and_survives_its_registry_going() 
         .await
         .unwrap();
     let cache = tempfile::tempdir().unwrap();
-    let (host, _policy) = host_of(&reference, cache.path(), None).await;
+    let (host, _policy) = host_of(&reference, cache.path(), &plain_http(&registry)).await;
     // Looked up before the host is ready.
     assert_eq!(host.serving_digest("hostpath"), Some(oci::digest(&v1)));
     // Another source's version of it is not loaded: the policy names its source.
@@ -547,7 +597,8 @@ async fn a_host_follows_a_plugin_by_reference_and_survives_its_registry_going() 
     // A digest reference pins that version, whatever the tag does.
     let pinned = registry.reference(&format!("plugins/hostpath@{v2_manifest}"));
     let pinned_cache = tempfile::tempdir().unwrap();
-    let (pinned_host, _policy) = host_of(&pinned, pinned_cache.path(), None).await;
+    let (pinned_host, _policy) =
+        host_of(&pinned, pinned_cache.path(), &plain_http(&registry)).await;
     assert_eq!(
         pinned_host.serving_digest("hostpath"),
         Some(oci::digest(&v2))
@@ -555,8 +606,9 @@ async fn a_host_follows_a_plugin_by_reference_and_survives_its_registry_going() 
 
     // The registry goes; a host starting now serves the last good version
     // from its disk cache.
+    let registries = plain_http(&registry);
     drop(registry);
-    let (restarted, _policy) = host_of(&reference, cache.path(), None).await;
+    let (restarted, _policy) = host_of(&reference, cache.path(), &registries).await;
     serving(
         &restarted,
         &oci::digest(&v2),
@@ -580,6 +632,7 @@ async fn a_host_logs_in_with_a_mounted_secret_and_follows_its_rotation() {
     let author = Access {
         plain_http: true,
         credentials: Some(("host".into(), "right".into())),
+        ..Default::default()
     };
     oci::push(&reference, "hostpath", &component, &author)
         .await
@@ -589,7 +642,12 @@ async fn a_host_logs_in_with_a_mounted_secret_and_follows_its_rotation() {
     let file = secret.path().join(".dockerconfigjson");
     std::fs::write(&file, dockerconfigjson(&registry.addr, "host", "stale")).unwrap();
     let cache = tempfile::tempdir().unwrap();
-    let (host, _policy) = host_of(&reference, cache.path(), Some(&file)).await;
+    let registries = format!(
+        "  {}: {{plainHttp: true, credentials: {}}}\n",
+        registry.addr,
+        file.display()
+    );
+    let (host, _policy) = host_of(&reference, cache.path(), &registries).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(
         host.serving_digest("hostpath"),
@@ -599,4 +657,84 @@ async fn a_host_logs_in_with_a_mounted_secret_and_follows_its_rotation() {
     // The Secret is rotated: the next look uses the new login.
     std::fs::write(&file, dockerconfigjson(&registry.addr, "host", "right")).unwrap();
     serving(&host, &oci::digest(&component), "after the rotation").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_registry_signed_by_a_private_authority_is_trusted_once_told() {
+    let (registry, ca_dir) = Registry::with_private_ca();
+    let ca = ca_dir.path().join("ca.crt");
+    let reference = registry.reference("private-ca/hostpath:1");
+    let plugin = rust_plugin_path("hostpath");
+
+    // Not trusted by default, and never downgraded to plain HTTP.
+    let out = wasmprov(&["plugin", "push", plugin.to_str().unwrap(), &reference]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("UnknownIssuer") && text(&out).contains("caFile"),
+        "an unknown authority names the fix: {}",
+        text(&out)
+    );
+    let out = wasmprov(&[
+        "plugin",
+        "push",
+        plugin.to_str().unwrap(),
+        &reference,
+        "--ca-file",
+        ca.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+
+    // A host is told by its policy.
+    let cache = tempfile::tempdir().unwrap();
+    let registries = format!("  {}: {{caFile: {}}}\n", registry.addr, ca.display());
+    let (host, _policy) = host_of(&reference, cache.path(), &registries).await;
+    let component = std::fs::read(&plugin).unwrap();
+    serving(&host, &oci::digest(&component), "over HTTPS with the CA").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mirrors_are_asked_first_and_serve_when_the_registry_is_gone() {
+    let origin = Registry::start();
+    let mirror = Registry::start();
+    let v1 = std::fs::read(rust_plugin_path("hostpath")).unwrap();
+    let v2 = support::variant(&v1, "mirrored");
+    let reference = origin.reference("plugins/hostpath:stable");
+    oci::push(&reference, "hostpath", &v1, &plain())
+        .await
+        .unwrap();
+    let registries = format!(
+        "  {origin}: {{plainHttp: true, mirrors: [{mirror}]}}\n  {mirror}: {{plainHttp: true}}\n",
+        origin = origin.addr,
+        mirror = mirror.addr
+    );
+
+    // The mirror does not have it yet: the registry itself serves.
+    let cache = tempfile::tempdir().unwrap();
+    let (host, _policy) = host_of(&reference, cache.path(), &registries).await;
+    serving(&host, &oci::digest(&v1), "from the registry").await;
+
+    // The mirror gets a newer copy (as an air-gapped cluster's copy is
+    // made, the same repository on another host) and the registry goes:
+    // the mirror is asked first and serves it.
+    let copy = format!("{}/plugins/hostpath:stable", mirror.addr);
+    oci::push(&copy, "hostpath", &v2, &plain()).await.unwrap();
+    drop(origin);
+    serving(&host, &oci::digest(&v2), "from the mirror").await;
+
+    // A mirror's copy whose bytes do not match its digest is refused as
+    // the registry's own would be: made under another tag, damaged, then
+    // tagged as the one the host follows.
+    let v3 = support::variant(&v1, "tampered");
+    let staging = format!("{}/plugins/hostpath:staging", mirror.addr);
+    oci::push(&staging, "hostpath", &v3, &plain())
+        .await
+        .unwrap();
+    std::fs::write(mirror.blob(&oci::digest(&v3)), &v1).unwrap();
+    retag(&staging, &copy).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        host.serving_digest("hostpath"),
+        Some(oci::digest(&v2)),
+        "a tampered copy from the mirror was served"
+    );
 }

@@ -4,6 +4,8 @@
 //! is looked up again every poll interval; a new digest behind it is a new
 //! version. A digest reference is pulled once.
 //!
+//! A registry's `mirrors` are asked first, in order, then the registry.
+//!
 //! Every component pulled is kept on disk by its manifest digest (under
 //! the compile cache directory, `oci/`), with the digest each plugin last
 //! served: a host restarting while its registry is unreachable serves that
@@ -75,16 +77,9 @@ impl Follower {
             if Instant::now() < entry.next {
                 continue;
             }
-            let served = match access_for(&policies, image) {
-                Ok(access) => {
-                    let cache = self.cache.as_deref();
-                    update(&self.registry, name, image, &access, entry, cache).await
-                }
-                Err(e) => {
-                    tracing::error!(plugin = name, reference = %image.reference, "{e}; trying again");
-                    false
-                }
-            };
+            let endpoints = endpoints(&policies, image);
+            let cache = self.cache.as_deref();
+            let served = update(&self.registry, name, image, &endpoints, entry, cache).await;
             // A pinned version never changes: looked at again only if the
             // policy changes its reference.
             let wait = match served {
@@ -111,11 +106,11 @@ async fn update(
     registry: &PluginRegistry,
     name: &str,
     image: &ImageSource,
-    access: &Access,
+    endpoints: &[Endpoint],
     tracked: &mut Tracked,
     cache: Option<&Path>,
 ) -> bool {
-    let digest = match oci::resolve(&image.reference, access).await {
+    let digest = match resolve(image, endpoints).await {
         Ok(digest) => digest,
         Err(e) => {
             if tracked.digest.is_none() {
@@ -134,7 +129,7 @@ async fn update(
     if tracked.digest.as_deref() == Some(digest.as_str()) {
         return true;
     }
-    let pulled = match load(cache, &image.reference, &digest, access).await {
+    let pulled = match load(cache, image, &digest, endpoints).await {
         Ok(pulled) => pulled,
         Err(e) => {
             tracing::error!(plugin = name, reference = %image.reference, %digest, "cannot pull the plugin: {e}; the version serving now (if any) keeps serving");
@@ -150,26 +145,91 @@ async fn update(
     true
 }
 
-/// How to reach `image`'s registry now: the policy's `registries` entry,
-/// with the login read from its credentials file at each look (a rotated
-/// Secret takes effect without a restart).
-fn access_for(policies: &PolicySet, image: &ImageSource) -> Result<Access, String> {
-    let registry = policies.registry_access(&image.registry);
-    let credentials = match &registry.credentials {
+/// One registry to ask for an image: a mirror or the image's own.
+struct Endpoint {
+    /// `host[:port]`, for messages.
+    host: String,
+    /// How to reach it, or why it cannot be reached (an unreadable login).
+    access: Result<Access, String>,
+}
+
+/// Where to ask for `image`: its registry's mirrors in order, then the
+/// registry itself, each reached as its own `registries` entry says. The
+/// login and CA files are read at each look (a rotated Secret takes effect
+/// without a restart).
+fn endpoints(policies: &PolicySet, image: &ImageSource) -> Vec<Endpoint> {
+    let own = policies.registry_access(&image.registry);
+    let mirrors = own.mirrors.iter().map(|mirror| Endpoint {
+        host: mirror.clone(),
+        access: access_to(policies, mirror).map(|access| Access {
+            mirror: Some(mirror.clone()),
+            ..access
+        }),
+    });
+    mirrors
+        .chain(std::iter::once(Endpoint {
+            host: image.registry.clone(),
+            access: access_to(policies, &image.registry),
+        }))
+        .collect()
+}
+
+/// How to reach registry `host`, by its `registries` entry.
+fn access_to(policies: &PolicySet, host: &str) -> Result<Access, String> {
+    let entry = policies.registry_access(host);
+    let credentials = match &entry.credentials {
         None => None,
-        Some(file) => login(file, &image.registry).map_err(|e| {
+        Some(file) => login(file, host).map_err(|e| {
             format!(
-                "cannot use the login for {} in {} (registries.{}.credentials): {e}",
-                image.registry,
-                file.display(),
-                image.registry
+                "cannot use the login for {host} in {} (registries.{host}.credentials): {e}",
+                file.display()
             )
         })?,
     };
+    let ca_certificates = match &entry.ca_file {
+        None => None,
+        Some(file) => Some(std::fs::read(file).map_err(|e| {
+            format!(
+                "cannot read the certificate authority for {host} in {} \
+                 (registries.{host}.caFile): {e}",
+                file.display()
+            )
+        })?),
+    };
     Ok(Access {
-        plain_http: registry.plain_http,
+        plain_http: entry.plain_http,
         credentials,
+        ca_certificates,
+        mirror: None,
     })
+}
+
+/// Asks each endpoint in turn what `image` names now; the first answer
+/// counts. The error says what each one said.
+async fn resolve(image: &ImageSource, endpoints: &[Endpoint]) -> Result<String, String> {
+    let mut failures = Vec::new();
+    for endpoint in endpoints {
+        let answer = match &endpoint.access {
+            Ok(access) => oci::resolve(&image.reference, access)
+                .await
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.clone()),
+        };
+        match answer {
+            Ok(digest) => return Ok(digest),
+            Err(e) => failures.push(describe(endpoint, image, e)),
+        }
+    }
+    Err(failures.join("; "))
+}
+
+/// A failure at `endpoint`, saying which mirror it was.
+fn describe(endpoint: &Endpoint, image: &ImageSource, error: String) -> String {
+    if endpoint.host == image.registry {
+        error
+    } else {
+        format!("mirror {}: {error}", endpoint.host)
+    }
 }
 
 /// The login for `registry` in a `.dockerconfigjson` file (`auths`, keyed
@@ -215,26 +275,41 @@ fn login(file: &Path, registry: &str) -> Result<Option<(String, String)>, String
     }
 }
 
-/// The component of `digest`: from the disk cache, or pulled (and kept).
+/// The component of `digest`: from the disk cache, or pulled from the
+/// first endpoint that has it (and kept).
 async fn load(
     cache: Option<&Path>,
-    reference: &str,
+    image: &ImageSource,
     digest: &str,
-    access: &Access,
-) -> Result<Vec<u8>, oci::OciError> {
+    endpoints: &[Endpoint],
+) -> Result<Vec<u8>, String> {
     if let Some(file) = cache.map(|c| component_file(c, digest)) {
         if let Ok(bytes) = std::fs::read(&file) {
             return Ok(bytes);
         }
     }
-    let pinned = oci::pinned(reference, digest)?;
-    let pulled = oci::pull(&pinned, access, Limits::default()).await?;
-    if let Some(dir) = cache {
-        if let Err(e) = keep(dir, &component_file(dir, digest), &pulled.component) {
-            tracing::warn!(%reference, "cannot keep the pulled plugin in {}: {e}; a restart while the registry is down will not find it", dir.display());
+    let pinned = oci::pinned(&image.reference, digest).map_err(|e| e.to_string())?;
+    let mut failures = Vec::new();
+    for endpoint in endpoints {
+        let pulled = match &endpoint.access {
+            Ok(access) => oci::pull(&pinned, access, Limits::default())
+                .await
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.clone()),
+        };
+        match pulled {
+            Ok(pulled) => {
+                if let Some(dir) = cache {
+                    if let Err(e) = keep(dir, &component_file(dir, digest), &pulled.component) {
+                        tracing::warn!(reference = %image.reference, "cannot keep the pulled plugin in {}: {e}; a restart while the registry is down will not find it", dir.display());
+                    }
+                }
+                return Ok(pulled.component);
+            }
+            Err(e) => failures.push(describe(endpoint, image, e)),
         }
     }
-    Ok(pulled.component)
+    Err(failures.join("; "))
 }
 
 fn component_file(cache: &Path, digest: &str) -> PathBuf {

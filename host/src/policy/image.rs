@@ -10,14 +10,19 @@
 //! registries:                 # how to reach each registry (optional)
 //!   registry.example.com:
 //!     credentials: /etc/wasmprov/registry-auth/.dockerconfigjson  # a mounted Secret
+//!     caFile: /etc/wasmprov/registry-ca/ca.crt  # a private authority (PEM)
 //!     plainHttp: false        # true only for a registry without TLS
+//!     mirrors: [mirror.internal:5000]  # asked first, in order
+//!   mirror.internal:5000: {caFile: …}  # a mirror is reached by its own entry
 //! ```
 //!
 //! A digest pins one version; a tag is looked up every `pollInterval`, and
 //! a new digest behind it is a new version, validated before it serves
 //! like any reload. The credentials file (a `kubernetes.io/dockerconfigjson`
-//! Secret's `.dockerconfigjson`) is read at each look, so a rotated Secret
-//! takes effect without a restart.
+//! Secret's `.dockerconfigjson`) and the CA file are read at each look, so
+//! a rotated Secret takes effect without a restart. Mirrors are asked
+//! before the registry itself (an air-gapped cluster's copy of it); what
+//! they send is checked against its digest like the registry's own.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -47,6 +52,10 @@ pub struct RegistryAccess {
     pub plain_http: bool,
     /// A `.dockerconfigjson` file holding the registry's login.
     pub credentials: Option<PathBuf>,
+    /// A PEM file of the authorities that sign the registry's certificate.
+    pub ca_file: Option<PathBuf>,
+    /// Registries (`host[:port]`) asked before this one, in order.
+    pub mirrors: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -62,18 +71,48 @@ pub(super) struct RegistrySpec {
     #[serde(default)]
     plain_http: bool,
     credentials: Option<PathBuf>,
+    ca_file: Option<PathBuf>,
+    #[serde(default)]
+    mirrors: Vec<String>,
 }
 
 impl RegistrySpec {
-    pub(super) fn resolve(self, field: &str) -> Result<RegistryAccess, FieldError> {
-        if let Some(path) = &self.credentials {
-            if !path.is_absolute() {
+    pub(super) fn resolve(self, host: &str, field: &str) -> Result<RegistryAccess, FieldError> {
+        for (key, path, what) in [
+            (
+                "credentials",
+                &self.credentials,
+                "the dockerconfigjson Secret",
+            ),
+            ("caFile", &self.ca_file, "the authority's certificate"),
+        ] {
+            if let Some(path) = path.as_ref().filter(|p| !p.is_absolute()) {
                 return Err((
-                    format!("{field}.credentials"),
+                    format!("{field}.{key}"),
                     format!(
-                        "{} must be an absolute path (where the dockerconfigjson Secret is \
-                         mounted)",
+                        "{} must be an absolute path (where {what} is mounted)",
                         path.display()
+                    ),
+                ));
+            }
+        }
+        for (i, mirror) in self.mirrors.iter().enumerate() {
+            let problem = if mirror == host {
+                Some("is the registry itself".to_owned())
+            } else {
+                // A mirror is a registry host, as a reference starts.
+                format!("{mirror}/x:1")
+                    .parse::<oci_client::Reference>()
+                    .err()
+                    .map(|e| e.to_string())
+                    .or_else(|| mirror.contains('/').then(|| "has a path".to_owned()))
+            };
+            if let Some(problem) = problem {
+                return Err((
+                    format!("{field}.mirrors[{i}]"),
+                    format!(
+                        "{mirror:?} {problem}; a mirror is another registry's host[:port], \
+                         e.g. mirror.internal:5000"
                     ),
                 ));
             }
@@ -81,6 +120,8 @@ impl RegistrySpec {
         Ok(RegistryAccess {
             plain_http: self.plain_http,
             credentials: self.credentials,
+            ca_file: self.ca_file,
+            mirrors: self.mirrors,
         })
     }
 }
@@ -139,7 +180,8 @@ mod tests {
         let set = parse(
             "plugins:\n  a: {image: {reference: r.example/p/a:1, pollInterval: 30s}}\n  \
              b: {image: {reference: \"r.example/p/b@sha256:0000000000000000000000000000000000000000000000000000000000000000\"}}\n\
-             registries: {r.example: {plainHttp: true, credentials: /etc/auth/.dockerconfigjson}}\n",
+             registries: {r.example: {plainHttp: true, credentials: /etc/auth/.dockerconfigjson, \
+             caFile: /etc/ca/ca.crt, mirrors: [\"m.internal:5000\", m2.internal]}}\n",
         )
         .unwrap();
         let a = set.image_for("a").unwrap();
@@ -158,6 +200,8 @@ mod tests {
             access.credentials.as_deref(),
             Some(Path::new("/etc/auth/.dockerconfigjson"))
         );
+        assert_eq!(access.ca_file.as_deref(), Some(Path::new("/etc/ca/ca.crt")));
+        assert_eq!(access.mirrors, ["m.internal:5000", "m2.internal"]);
         assert_eq!(set.registry_access("elsewhere.example"), Default::default());
     }
 
@@ -179,6 +223,18 @@ mod tests {
             (
                 "registries: {r.example: {credentials: auth.json}}",
                 "registries.r.example.credentials",
+            ),
+            (
+                "registries: {r.example: {caFile: ca.crt}}",
+                "registries.r.example.caFile",
+            ),
+            (
+                "registries: {r.example: {mirrors: [r.example]}}",
+                "registries.r.example.mirrors[0]: \"r.example\" is the registry itself",
+            ),
+            (
+                "registries: {r.example: {mirrors: [m.internal, \"m.internal/path\"]}}",
+                "registries.r.example.mirrors[1]",
             ),
             (
                 "plugins: {a: {image: {ref: r.example/a:1}}}",

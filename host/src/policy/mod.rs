@@ -318,7 +318,7 @@ impl PolicySet {
         let mut registries = BTreeMap::new();
         for (host, spec) in file.registries {
             let access = spec
-                .resolve(&format!("registries.{host}"))
+                .resolve(&host, &format!("registries.{host}"))
                 .map_err(|(f, m)| invalid(f, m))?;
             registries.insert(host, access);
         }

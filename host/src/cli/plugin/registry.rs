@@ -24,6 +24,10 @@ pub struct RegistryArgs {
     /// --password-stdin` does; needs --username.
     #[arg(long, requires = "username")]
     pub password_stdin: bool,
+    /// Trust the authority whose certificate (PEM) is in this file, beside
+    /// the system's: a registry with a private CA.
+    #[arg(long, value_name = "FILE")]
+    pub ca_file: Option<PathBuf>,
 }
 
 impl RegistryArgs {
@@ -46,9 +50,18 @@ impl RegistryArgs {
                 ))
             }
         };
+        let ca_certificates = match &self.ca_file {
+            None => None,
+            Some(file) => Some(
+                std::fs::read(file)
+                    .with_context(|| format!("reading --ca-file {}", file.display()))?,
+            ),
+        };
         Ok(Access {
             plain_http: self.plain_http,
             credentials,
+            ca_certificates,
+            mirror: None,
         })
     }
 }

@@ -17,7 +17,9 @@
 use std::collections::BTreeMap;
 
 use futures::StreamExt;
-use oci_client::client::{ClientConfig, ClientProtocol, Config, ImageLayer};
+use oci_client::client::{
+    Certificate, CertificateEncoding, ClientConfig, ClientProtocol, Config, ImageLayer,
+};
 use oci_client::manifest::{OciImageManifest, OCI_IMAGE_MEDIA_TYPE};
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
@@ -31,6 +33,10 @@ pub const LEGACY_WASM_LAYER: &str = oci_client::manifest::WASM_LAYER_MEDIA_TYPE;
 pub const WASM_CONFIG: &str = "application/vnd.wasm.config.v0+json";
 /// The largest manifest a pull accepts: a component's is under 1 KiB.
 pub const MAX_MANIFEST_BYTES: usize = 4 << 20;
+/// How long connecting to a registry may take.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long a registry may stay silent in the middle of an answer.
+const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 /// The annotation naming a layer's file.
 const TITLE: &str = "org.opencontainers.image.title";
 
@@ -43,6 +49,14 @@ pub struct Access {
     /// User name and password (or token) for HTTP Basic or the registry's
     /// token service; none: anonymous.
     pub credentials: Option<(String, String)>,
+    /// PEM certificates of the authorities that sign the registry's
+    /// certificate, trusted beside the system's (a private CA).
+    pub ca_certificates: Option<Vec<u8>>,
+    /// Ask this registry (`host[:port]`) instead of the reference's own: a
+    /// mirror. The reference's registry goes along as `?ns=`, as
+    /// containerd sends it; digests are checked as ever, so a mirror can
+    /// withhold a version but never change one.
+    pub mirror: Option<String>,
 }
 
 /// What a pull accepts.
@@ -90,6 +104,18 @@ fn client(access: &Access) -> Client {
         } else {
             ClientProtocol::Https
         },
+        extra_root_certificates: access
+            .ca_certificates
+            .iter()
+            .map(|pem| Certificate {
+                encoding: CertificateEncoding::Pem,
+                data: pem.clone(),
+            })
+            .collect(),
+        // An unreachable registry (an air-gapped cluster's origin behind
+        // its mirrors) fails in seconds, not at the system's TCP timeout.
+        connect_timeout: Some(CONNECT_TIMEOUT),
+        read_timeout: Some(READ_TIMEOUT),
         ..Default::default()
     })
 }
@@ -110,10 +136,36 @@ fn parse(reference: &str) -> Result<Reference, OciError> {
         })
 }
 
-fn registry_error(reference: &str, e: impl std::fmt::Display) -> OciError {
+/// `reference`, sent to `access`'s mirror if it has one.
+fn target(reference: &str, access: &Access) -> Result<Reference, OciError> {
+    let mut image = parse(reference)?;
+    if let Some(mirror) = &access.mirror {
+        image.set_mirror_registry(mirror.clone());
+    }
+    Ok(image)
+}
+
+fn registry_error(reference: &str, e: impl std::error::Error) -> OciError {
+    // reqwest's own message stops at "error sending request": the cause (a
+    // refused connection, an unknown certificate authority) is below it.
+    let mut message = e.to_string();
+    let mut cause = e.source();
+    while let Some(inner) = cause {
+        let text = inner.to_string();
+        if !message.contains(&text) {
+            message = format!("{message}: {text}");
+        }
+        cause = inner.source();
+    }
+    if message.contains("certificate") || message.contains("UnknownIssuer") {
+        message.push_str(
+            "; if a private authority signs the registry's certificate, give its certificate \
+             (registries.<host>.caFile in the sandbox policy, --ca-file on the command line)",
+        );
+    }
     OciError::Registry {
         reference: reference.to_owned(),
-        message: e.to_string(),
+        message,
     }
 }
 
@@ -208,7 +260,7 @@ pub async fn push(
 /// The digest of the manifest `reference` names now (a tag's current
 /// version), asked without pulling it.
 pub async fn resolve(reference: &str, access: &Access) -> Result<String, OciError> {
-    let image = parse(reference)?;
+    let image = target(reference, access)?;
     client(access)
         .fetch_manifest_digest(&image, &auth(access))
         .await
@@ -227,7 +279,7 @@ pub fn pinned(reference: &str, digest: &str) -> Result<String, OciError> {
 
 /// Pulls the component at `reference` (a tag, or a digest that pins it).
 pub async fn pull(reference: &str, access: &Access, limits: Limits) -> Result<Pulled, OciError> {
-    let image = parse(reference)?;
+    let image = target(reference, access)?;
     let client = client(access);
     let (body, manifest_digest) = client
         .pull_manifest_raw(&image, &auth(access), &[OCI_IMAGE_MEDIA_TYPE])
