@@ -247,6 +247,8 @@ image: {repository: registry.example/wasmprov, tag: "9.9.9", pullPolicy: Always}
 central: {enabled: false}
 node:
   provisionerName: local.example.com
+  extraVolumes: [{name: signing, configMap: {name: release-keys}}]
+  extraVolumeMounts: [{name: signing, mountPath: /etc/wasmprov/signing, readOnly: true}]
   nodeSelector: {storage: "yes"}
   tolerations: []
   directories: [{name: fast, path: /mnt/fast}]
@@ -292,6 +294,17 @@ policy:
         assert!(args.contains(&want), "{args:?}");
     }
     assert_eq!(pod["nodeSelector"]["storage"], "yes");
+    let signing = (pod["volumes"].as_array().unwrap().iter())
+        .find(|v| v["name"] == "signing")
+        .expect("the extra volume");
+    assert_eq!(signing["configMap"]["name"], "release-keys");
+    let mounts = container["volumeMounts"].as_array().unwrap();
+    assert!(
+        mounts
+            .iter()
+            .any(|m| m["mountPath"] == "/etc/wasmprov/signing"),
+        "{mounts:?}"
+    );
     assert!(pod.get("tolerations").is_none());
     assert_eq!(
         pod["volumes"][0]["projected"]["sources"][0]["configMap"]["name"],

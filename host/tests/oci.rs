@@ -5,6 +5,8 @@
 //! anything else, anything larger than allowed, and anything whose bytes do
 //! not match their digest refused, saying why.
 
+#[path = "oci/cosign.rs"]
+mod cosign;
 mod support;
 
 use std::net::{TcpListener, TcpStream};
@@ -473,7 +475,8 @@ fn a_registry_that_wants_a_login_gets_one_from_standard_input() {
     );
 }
 
-/// A host whose policy names plugin hostpath by `reference`, keeping what
+/// A host whose policy names plugin hostpath by `reference` (which may go
+/// on with more of the image entry: `REF, signature: {…}`), keeping what
 /// it pulls in `cache`, reaching registries as `registries` (the policy's
 /// `registries:` block, indented) says.
 async fn host_of(
@@ -736,5 +739,117 @@ async fn mirrors_are_asked_first_and_serve_when_the_registry_is_gone() {
         host.serving_digest("hostpath"),
         Some(oci::digest(&v2)),
         "a tampered copy from the mirror was served"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn only_versions_signed_by_the_policys_keys_are_served() {
+    let registry = Registry::start();
+    let release = cosign::Key::new(1);
+    let stranger = cosign::Key::new(2);
+    let keys = tempfile::tempdir().unwrap();
+    let release_pub = keys.path().join("release.pub");
+    let stranger_pub = keys.path().join("stranger.pub");
+    std::fs::write(&release_pub, release.public_pem()).unwrap();
+    std::fs::write(&stranger_pub, stranger.public_pem()).unwrap();
+    let repository = registry.reference("signed/hostpath");
+    let reference = format!("{repository}:stable");
+    let v1 = std::fs::read(rust_plugin_path("hostpath")).unwrap();
+    let [v2, v3, v4] = ["v2", "v3", "v4"].map(|tag| support::variant(&v1, tag));
+    let policy_with =
+        |key: &std::path::Path| format!("{reference}, signature: {{keys: [{}]}}", key.display());
+
+    // Signed as cosign 2 signs: served, and `plugin pull --key` agrees.
+    let v1_manifest = oci::push(&reference, "hostpath", &v1, &plain())
+        .await
+        .unwrap();
+    cosign::sign_v2(&repository, &v1_manifest, &v1_manifest, &release).await;
+    let cache = tempfile::tempdir().unwrap();
+    let registries = plain_http(&registry);
+    let (host, _policy) = host_of(&policy_with(&release_pub), cache.path(), &registries).await;
+    serving(&host, &oci::digest(&v1), "a version signed by the key").await;
+    let out_dir = tempfile::tempdir().unwrap();
+    let pull = |key: &std::path::Path| {
+        wasmprov(&[
+            "plugin",
+            "pull",
+            &reference,
+            "--plain-http",
+            "--key",
+            key.to_str().unwrap(),
+            "-o",
+            out_dir.path().join("p.wasm").to_str().unwrap(),
+        ])
+    };
+    let out = pull(&release_pub);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("signature: verified with") && text(&out).contains("cosign 2"),
+        "{}",
+        text(&out)
+    );
+    let out = pull(&stranger_pub);
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains(&format!(
+            "no signature of {v1_manifest} by {}",
+            stranger_pub.display()
+        )) && text(&out).contains("a signature by another key")
+            && text(&out).contains("cosign sign --key"),
+        "{}",
+        text(&out)
+    );
+
+    // Each of these moves of the tag is refused, and v1 keeps serving:
+    // no signature; a cosign 3 bundle by another key; a cosign 2
+    // signature and a cosign 3 bundle by the key, of another manifest.
+    let v2_manifest = oci::push(&reference, "hostpath", &v2, &plain())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        host.serving_digest("hostpath"),
+        Some(oci::digest(&v1)),
+        "unsigned"
+    );
+    cosign::sign_v3(&repository, &v2_manifest, &v2_manifest, &stranger).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        host.serving_digest("hostpath"),
+        Some(oci::digest(&v1)),
+        "another key"
+    );
+    let v3_manifest = oci::push(&reference, "hostpath", &v3, &plain())
+        .await
+        .unwrap();
+    cosign::sign_v2(&repository, &v3_manifest, &v1_manifest, &release).await;
+    cosign::sign_v3(&repository, &v3_manifest, &v1_manifest, &release).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        host.serving_digest("hostpath"),
+        Some(oci::digest(&v1)),
+        "another manifest"
+    );
+
+    // Signed by the key as cosign 3 signs: served.
+    let v4_manifest = oci::push(&reference, "hostpath", &v4, &plain())
+        .await
+        .unwrap();
+    cosign::sign_v3(&repository, &v4_manifest, &v4_manifest, &release).await;
+    serving(&host, &oci::digest(&v4), "a version with the key's bundle").await;
+
+    // The registry goes. A host restarting serves the cached version while
+    // the key that vouched for it is still trusted, and nothing once the
+    // policy trusts another key only.
+    drop(registry);
+    let (restarted, _policy) = host_of(&policy_with(&release_pub), cache.path(), &registries).await;
+    serving(&restarted, &oci::digest(&v4), "cached, key still trusted").await;
+    let (distrusting, _policy) =
+        host_of(&policy_with(&stranger_pub), cache.path(), &registries).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        distrusting.serving_digest("hostpath"),
+        None,
+        "cached, key no longer trusted"
     );
 }

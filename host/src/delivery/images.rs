@@ -5,6 +5,8 @@
 //! version. A digest reference is pulled once.
 //!
 //! A registry's `mirrors` are asked first, in order, then the registry.
+//! With `signature` in the policy, a version is pulled only once a cosign
+//! signature of its digest by one of the keys is found ([`oci::signature`]).
 //!
 //! Every component pulled is kept on disk by its manifest digest (under
 //! the compile cache directory, `oci/`), with the digest each plugin last
@@ -16,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::oci::signature::{PublicKey, Signed};
 use crate::oci::{self, Access, Limits};
 use crate::policy::{ImageSource, PolicySet};
 use crate::registry::{Origin, PluginRegistry, Reload};
@@ -114,7 +117,7 @@ async fn update(
         Ok(digest) => digest,
         Err(e) => {
             if tracked.digest.is_none() {
-                if let Some((digest, component)) = cached(cache, name, &image.reference) {
+                if let Some((digest, component)) = cached(cache, name, image) {
                     tracing::warn!(plugin = name, reference = %image.reference, %digest, "{e}; serving the version cached on disk until the registry answers");
                     let origin = Origin::image(&image.reference, &digest);
                     registry.apply(name, component, &origin).await;
@@ -129,6 +132,16 @@ async fn update(
     if tracked.digest.as_deref() == Some(digest.as_str()) {
         return true;
     }
+    let signed = match signature(name, image, &digest, endpoints).await {
+        Ok(signed) => signed,
+        Err(e) => {
+            tracing::error!(plugin = name, reference = %image.reference, %digest, "refusing this version: {e}; the version serving now (if any) keeps serving");
+            return false;
+        }
+    };
+    if let Some(signed) = &signed {
+        tracing::info!(plugin = name, reference = %image.reference, %digest, key = %signed.key, "signature verified ({})", signed.format);
+    }
     let pulled = match load(cache, image, &digest, endpoints).await {
         Ok(pulled) => pulled,
         Err(e) => {
@@ -140,7 +153,8 @@ async fn update(
     let reload = registry.apply(name, pulled, &origin).await;
     tracked.digest = Some(digest.clone());
     if matches!(reload, Reload::Loaded { .. } | Reload::Unchanged) {
-        remember(cache, name, &image.reference, &digest);
+        let signer = signed.as_ref().map(|s| s.fingerprint.as_str());
+        remember(cache, name, &image.reference, &digest, signer);
     }
     true
 }
@@ -202,6 +216,46 @@ fn access_to(policies: &PolicySet, host: &str) -> Result<Access, String> {
         ca_certificates,
         mirror: None,
     })
+}
+
+/// The keys `image`'s signatures must be made with, read now (a rotated
+/// key takes effect at the next look); empty when none are required.
+fn signature_keys(name: &str, image: &ImageSource) -> Result<Vec<PublicKey>, String> {
+    image
+        .signature_keys
+        .iter()
+        .map(|file| {
+            PublicKey::read(file).map_err(|e| format!("plugins.{name}.image.signature.keys: {e}"))
+        })
+        .collect()
+}
+
+/// The signature that vouches for `digest`, from the first endpoint that
+/// has one, when the policy requires one; `None` when it does not.
+async fn signature(
+    name: &str,
+    image: &ImageSource,
+    digest: &str,
+    endpoints: &[Endpoint],
+) -> Result<Option<Signed>, String> {
+    let keys = signature_keys(name, image)?;
+    if keys.is_empty() {
+        return Ok(None);
+    }
+    let mut failures = Vec::new();
+    for endpoint in endpoints {
+        let found = match &endpoint.access {
+            Ok(access) => oci::signature::verify(&image.reference, digest, access, &keys)
+                .await
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.clone()),
+        };
+        match found {
+            Ok(signed) => return Ok(Some(signed)),
+            Err(e) => failures.push(describe(endpoint, image, e)),
+        }
+    }
+    Err(failures.join("; "))
 }
 
 /// Asks each endpoint in turn what `image` names now; the first answer
@@ -325,10 +379,11 @@ fn keep(dir: &Path, file: &Path, bytes: &[u8]) -> std::io::Result<()> {
     crate::files::write_whole(file, bytes)
 }
 
-/// Records that `name` served `digest` of `reference`.
-fn remember(cache: Option<&Path>, name: &str, reference: &str, digest: &str) {
+/// Records that `name` served `digest` of `reference`, signed by the key
+/// of fingerprint `signer` if one was required.
+fn remember(cache: Option<&Path>, name: &str, reference: &str, digest: &str, signer: Option<&str>) {
     if let Some(dir) = cache {
-        let text = format!("{reference}\n{digest}\n");
+        let text = format!("{reference}\n{digest}\n{}\n", signer.unwrap_or("unsigned"));
         if let Err(e) = keep(dir, &last_file(dir, name), text.as_bytes()) {
             tracing::warn!(
                 plugin = name,
@@ -339,15 +394,22 @@ fn remember(cache: Option<&Path>, name: &str, reference: &str, digest: &str) {
     }
 }
 
-/// The version `name` last served from `reference`, from the disk cache.
-fn cached(cache: Option<&Path>, name: &str, reference: &str) -> Option<(String, Vec<u8>)> {
+/// The version `name` last served from `image`'s reference, from the disk
+/// cache. When signatures are required, only a version one of today's
+/// keys vouched for (a removed key's versions are not served again).
+fn cached(cache: Option<&Path>, name: &str, image: &ImageSource) -> Option<(String, Vec<u8>)> {
     let dir = cache?;
     let text = std::fs::read_to_string(last_file(dir, name)).ok()?;
     let mut lines = text.lines();
-    if lines.next()? != reference {
+    if lines.next()? != image.reference {
         return None;
     }
     let digest = lines.next()?.to_owned();
+    let signer = lines.next().unwrap_or("unsigned");
+    let keys = signature_keys(name, image).ok()?;
+    if !keys.is_empty() && !keys.iter().any(|k| k.fingerprint == signer) {
+        return None;
+    }
     let component = std::fs::read(component_file(dir, &digest)).ok()?;
     Some((digest, component))
 }

@@ -20,10 +20,12 @@ use futures::StreamExt;
 use oci_client::client::{
     Certificate, CertificateEncoding, ClientConfig, ClientProtocol, Config, ImageLayer,
 };
-use oci_client::manifest::{OciImageManifest, OCI_IMAGE_MEDIA_TYPE};
+use oci_client::manifest::{OciDescriptor, OciImageManifest, OCI_IMAGE_MEDIA_TYPE};
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
 use sha2::{Digest, Sha256};
+
+pub mod signature;
 
 /// The layer of a component in the CNCF layout.
 pub const WASM_LAYER: &str = "application/wasm";
@@ -281,8 +283,53 @@ pub fn pinned(reference: &str, digest: &str) -> Result<String, OciError> {
 pub async fn pull(reference: &str, access: &Access, limits: Limits) -> Result<Pulled, OciError> {
     let image = target(reference, access)?;
     let client = client(access);
+    let (manifest, manifest_digest) = read_manifest(&client, &image, access, reference).await?;
+    let [layer] = manifest.layers.as_slice() else {
+        return Err(refused(
+            reference,
+            format!(
+                "it has {} layers; a plugin is one layer of type {WASM_LAYER} (or \
+                 {LEGACY_WASM_LAYER}): push it with `wasmprov plugin push`",
+                manifest.layers.len()
+            ),
+        ));
+    };
+    if layer.media_type != WASM_LAYER && layer.media_type != LEGACY_WASM_LAYER {
+        return Err(refused(
+            reference,
+            format!(
+                "its layer is of type {}, not a WebAssembly component ({WASM_LAYER} or \
+                 {LEGACY_WASM_LAYER}): push the .wasm file with `wasmprov plugin push`",
+                layer.media_type
+            ),
+        ));
+    }
+    let component = read_blob(
+        &client,
+        &image,
+        layer,
+        limits.max_component_bytes,
+        "component",
+        reference,
+    )
+    .await?;
+    Ok(Pulled {
+        component,
+        manifest_digest,
+        layer_media_type: layer.media_type.clone(),
+    })
+}
+
+/// The image manifest `image` names, checked against its digest, and that
+/// digest.
+async fn read_manifest(
+    client: &Client,
+    image: &Reference,
+    access: &Access,
+    reference: &str,
+) -> Result<(OciImageManifest, String), OciError> {
     let (body, manifest_digest) = client
-        .pull_manifest_raw(&image, &auth(access), &[OCI_IMAGE_MEDIA_TYPE])
+        .pull_manifest_raw(image, &auth(access), &[OCI_IMAGE_MEDIA_TYPE])
         .await
         .map_err(|e| registry_error(reference, e))?;
     if body.len() > MAX_MANIFEST_BYTES {
@@ -305,76 +352,62 @@ pub async fn pull(reference: &str, access: &Access, limits: Limits) -> Result<Pu
             ),
         ));
     }
-    let manifest: OciImageManifest = serde_json::from_slice(&body).map_err(|e| {
+    let manifest = serde_json::from_slice(&body).map_err(|e| {
         refused(
             reference,
             format!("its manifest is not an OCI image manifest: {e}"),
         )
     })?;
-    let [layer] = manifest.layers.as_slice() else {
-        return Err(refused(
-            reference,
-            format!(
-                "it has {} layers; a plugin is one layer of type {WASM_LAYER} (or \
-                 {LEGACY_WASM_LAYER}): push it with `wasmprov plugin push`",
-                manifest.layers.len()
-            ),
-        ));
-    };
-    if layer.media_type != WASM_LAYER && layer.media_type != LEGACY_WASM_LAYER {
-        return Err(refused(
-            reference,
-            format!(
-                "its layer is of type {}, not a WebAssembly component ({WASM_LAYER} or \
-                 {LEGACY_WASM_LAYER}): push the .wasm file with `wasmprov plugin push`",
-                layer.media_type
-            ),
-        ));
-    }
+    Ok((manifest, manifest_digest))
+}
+
+/// The blob `layer` describes (its `what`), no larger than `max` bytes nor
+/// than the layer says, and matching its digest.
+async fn read_blob(
+    client: &Client,
+    image: &Reference,
+    layer: &OciDescriptor,
+    max: u64,
+    what: &str,
+    reference: &str,
+) -> Result<Vec<u8>, OciError> {
     let size = u64::try_from(layer.size).unwrap_or(u64::MAX);
-    if size > limits.max_component_bytes {
+    if size > max {
         return Err(refused(
             reference,
-            format!(
-                "its component has {size} bytes, more than the {} a plugin may have",
-                limits.max_component_bytes
-            ),
+            format!("its {what} has {size} bytes, more than the {max} allowed"),
         ));
     }
     let mut stream = client
-        .pull_blob_stream(&image, layer)
+        .pull_blob_stream(image, layer)
         .await
         .map_err(|e| registry_error(reference, e))?
         .stream;
-    let mut component = Vec::with_capacity(size.min(64 << 20) as usize);
+    let mut bytes = Vec::with_capacity(size.min(64 << 20) as usize);
     while let Some(chunk) = stream.next().await {
         let chunk =
-            chunk.map_err(|e| refused(reference, format!("reading its component failed: {e}")))?;
-        if (component.len() + chunk.len()) as u64 > size {
+            chunk.map_err(|e| refused(reference, format!("reading its {what} failed: {e}")))?;
+        if (bytes.len() + chunk.len()) as u64 > size {
             return Err(refused(
                 reference,
                 format!(
                     "the registry sent more than the {size} bytes its manifest gives the \
-                     component; refusing it"
+                     {what}; refusing it"
                 ),
             ));
         }
-        component.extend_from_slice(&chunk);
+        bytes.extend_from_slice(&chunk);
     }
-    if digest(&component) != layer.digest {
+    if digest(&bytes) != layer.digest {
         return Err(refused(
             reference,
             format!(
-                "its component's digest is {}, not the {} its manifest says: the registry's \
+                "its {what}'s digest is {}, not the {} its manifest says: the registry's \
                  copy is damaged or was tampered with",
-                digest(&component),
+                digest(&bytes),
                 layer.digest
             ),
         ));
     }
-    Ok(Pulled {
-        component,
-        manifest_digest,
-        layer_media_type: layer.media_type.clone(),
-    })
+    Ok(bytes)
 }

@@ -7,6 +7,8 @@
 //!     image:
 //!       reference: registry.example.com/plugins/hostpath:1.0.0   # or …@sha256:<digest>
 //!       pollInterval: 5m      # how often a tag is looked up again (default)
+//!       signature:            # optional: serve only versions signed with cosign
+//!         keys: [/etc/wasmprov/signing/cosign.pub]  # by one of these keys
 //! registries:                 # how to reach each registry (optional)
 //!   registry.example.com:
 //!     credentials: /etc/wasmprov/registry-auth/.dockerconfigjson  # a mounted Secret
@@ -20,7 +22,9 @@
 //! a new digest behind it is a new version, validated before it serves
 //! like any reload. The credentials file (a `kubernetes.io/dockerconfigjson`
 //! Secret's `.dockerconfigjson`) and the CA file are read at each look, so
-//! a rotated Secret takes effect without a restart. Mirrors are asked
+//! a rotated Secret takes effect without a restart. With `signature`, a
+//! version is served only once a cosign signature of its digest by one of
+//! the keys is found (read at each look too). Mirrors are asked
 //! before the registry itself (an air-gapped cluster's copy of it); what
 //! they send is checked against its digest like the registry's own.
 
@@ -44,6 +48,9 @@ pub struct ImageSource {
     /// Whether `reference` names a digest (one version, never polled).
     pub pinned: bool,
     pub poll_interval: Duration,
+    /// Public keys (PEM files) one of which must have signed a version;
+    /// empty: signatures are not required.
+    pub signature_keys: Vec<PathBuf>,
 }
 
 /// How to reach one registry.
@@ -63,6 +70,13 @@ pub struct RegistryAccess {
 pub(super) struct ImageSpec {
     reference: String,
     poll_interval: Option<String>,
+    signature: Option<SignatureSpec>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct SignatureSpec {
+    keys: Vec<PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -156,7 +170,31 @@ impl ImageSpec {
                 interval
             }
         };
+        let signature_keys = match self.signature {
+            None => Vec::new(),
+            Some(SignatureSpec { keys }) => {
+                if keys.is_empty() {
+                    return Err((
+                        format!("{field}.image.signature.keys"),
+                        "is empty: list the public keys (cosign.pub files) whose signatures \
+                         count, or remove signature"
+                            .to_owned(),
+                    ));
+                }
+                if let Some((i, key)) = keys.iter().enumerate().find(|(_, k)| !k.is_absolute()) {
+                    return Err((
+                        format!("{field}.image.signature.keys[{i}]"),
+                        format!(
+                            "{} must be an absolute path (where the key is mounted)",
+                            key.display()
+                        ),
+                    ));
+                }
+                keys
+            }
+        };
         Ok(ImageSource {
+            signature_keys,
             pinned: parsed.digest().is_some(),
             registry: parsed.registry().to_owned(),
             reference,
@@ -178,7 +216,8 @@ mod tests {
     #[test]
     fn a_tag_is_polled_and_a_digest_pins() {
         let set = parse(
-            "plugins:\n  a: {image: {reference: r.example/p/a:1, pollInterval: 30s}}\n  \
+            "plugins:\n  a: {image: {reference: r.example/p/a:1, pollInterval: 30s, \
+             signature: {keys: [/etc/keys/a.pub]}}}\n  \
              b: {image: {reference: \"r.example/p/b@sha256:0000000000000000000000000000000000000000000000000000000000000000\"}}\n\
              registries: {r.example: {plainHttp: true, credentials: /etc/auth/.dockerconfigjson, \
              caFile: /etc/ca/ca.crt, mirrors: [\"m.internal:5000\", m2.internal]}}\n",
@@ -190,9 +229,11 @@ mod tests {
             (false, Duration::from_secs(30))
         );
         assert_eq!(a.registry, "r.example");
+        assert_eq!(a.signature_keys, [Path::new("/etc/keys/a.pub")]);
         let b = set.image_for("b").unwrap();
         assert!(b.pinned);
         assert_eq!(b.poll_interval, Duration::from_secs(300));
+        assert!(b.signature_keys.is_empty());
         assert!(set.image_for("c").is_none());
         let access = set.registry_access("r.example");
         assert!(access.plain_http);
@@ -223,6 +264,14 @@ mod tests {
             (
                 "registries: {r.example: {credentials: auth.json}}",
                 "registries.r.example.credentials",
+            ),
+            (
+                "plugins: {a: {image: {reference: r.example/a:1, signature: {keys: []}}}}",
+                "plugins.a.image.signature.keys: is empty",
+            ),
+            (
+                "plugins: {a: {image: {reference: r.example/a:1, signature: {keys: [k.pub]}}}}",
+                "plugins.a.image.signature.keys[0]",
             ),
             (
                 "registries: {r.example: {caFile: ca.crt}}",

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Args;
 
+use crate::oci::signature::PublicKey;
 use crate::oci::{self, Access, Limits};
 
 /// How to reach the registry.
@@ -90,6 +91,10 @@ pub struct PullArgs {
     /// with `.wasm`, in the current directory].
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// Write it only if it carries a cosign signature by this public key
+    /// (`cosign.pub`); may be given more than once (any one will do).
+    #[arg(long = "key", value_name = "FILE")]
+    pub keys: Vec<PathBuf>,
     #[command(flatten)]
     pub registry: RegistryArgs,
 }
@@ -115,7 +120,19 @@ pub async fn push(args: PushArgs) -> anyhow::Result<ExitCode> {
 
 pub async fn pull(args: PullArgs) -> anyhow::Result<ExitCode> {
     let access = args.registry.access()?;
+    let keys = args
+        .keys
+        .iter()
+        .map(|file| PublicKey::read(file).map_err(anyhow::Error::msg))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let pulled = oci::pull(&args.reference, &access, Limits::default()).await?;
+    let signed = match keys.is_empty() {
+        true => None,
+        false => Some(
+            oci::signature::verify(&args.reference, &pulled.manifest_digest, &access, &keys)
+                .await?,
+        ),
+    };
     let output = match &args.output {
         Some(path) => path.clone(),
         None => PathBuf::from(format!("{}.wasm", repository_name(&args.reference))),
@@ -129,6 +146,12 @@ pub async fn pull(args: PullArgs) -> anyhow::Result<ExitCode> {
         output.display()
     );
     println!("digest: {}", pulled.manifest_digest);
+    if let Some(signed) = signed {
+        println!(
+            "signature: verified with {} ({})",
+            signed.key, signed.format
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 
