@@ -328,3 +328,46 @@ policy:
     );
     assert!(parsed.is_ok(), "{parsed:?}");
 }
+
+#[test]
+fn a_side_takes_its_plugins_from_an_image_volume_instead_of_configmaps() {
+    let objects = template(&[
+        "--set",
+        "plugins.node=null",
+        "--set",
+        "plugins.nodeImage.reference=registry.example/plugins:1",
+    ])
+    .unwrap();
+    let ds = (objects.iter())
+        .find(|o| key(o) == ("DaemonSet".to_owned(), "wasmprov-node".to_owned()))
+        .unwrap();
+    let volumes = ds["spec"]["template"]["spec"]["volumes"]
+        .as_array()
+        .unwrap();
+    let plugins = volumes.iter().find(|v| v["name"] == "plugins").unwrap();
+    assert_eq!(
+        plugins["image"],
+        serde_json::json!({"reference": "registry.example/plugins:1", "pullPolicy": "IfNotPresent"})
+    );
+    let deployment = (objects.iter())
+        .find(|o| key(o) == ("Deployment".to_owned(), "wasmprov".to_owned()))
+        .unwrap();
+    let central = &deployment["spec"]["template"]["spec"]["volumes"];
+    assert!(
+        central[0].get("projected").is_some(),
+        "the other side keeps its ConfigMaps: {central}"
+    );
+
+    // Both at once would leave the ConfigMaps unmounted without a word.
+    let error = template(&[
+        "--set",
+        "plugins.nodeImage.reference=registry.example/plugins:1",
+    ])
+    .expect_err("an image beside the node ConfigMaps was accepted");
+    assert!(
+        error.contains(
+            "plugins.nodeImage replaces the node hosts' plugin ConfigMaps: set plugins.node to []"
+        ),
+        "{error}"
+    );
+}

@@ -11,8 +11,9 @@
 //! added to the central replicas serves pods on every node; and a node that
 //! hangs and is deleted in the middle of a burst loses no claim; pods go
 //! to the nodes whose disks hold their volumes (node/capacity.rs); and Helm
-//! takes the install over, tests, upgrades and uninstalls it
-//! (node/chart.rs).
+//! takes the install over, tests, upgrades and uninstalls it, then
+//! installs it afresh from a registry with the node plugins in an image
+//! volume (node/chart.rs).
 //!
 //! The cluster has three real nodes (test_cluster's: containerd, kubelet,
 //! kube-proxy each, Debian's runc and CNI plugins; it needs root, as CI
@@ -71,8 +72,10 @@ async fn deploy_runs_on_a_real_node() {
     capacity::pods_go_where_their_volumes_fit(&cluster).await;
     // The cluster has a node less afterwards.
     a_node_that_hangs_and_is_deleted_mid_burst_loses_no_claim(&cluster).await;
-    // Last: the install is Helm's, then gone.
+    // Last: the install is Helm's, then gone; then installed again from a
+    // registry, and gone.
     chart::helm_takes_over_tests_upgrades_and_uninstalls(&cluster).await;
+    chart::a_fresh_install_from_a_registry_takes_its_plugins_from_an_image_volume(&cluster).await;
 }
 
 fn namespace(name: &str) -> String {

@@ -9,136 +9,16 @@
 mod cosign;
 mod support;
 
-use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Output};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 use oci_client::client::{ClientConfig, ClientProtocol, Config, ImageLayer};
 use oci_client::manifest::OciImageManifest;
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
+use support::registry::Registry;
 use support::{rust_plugin_path, wasmprov, wasmprov_command};
 use wasmprov::oci::{self, Access, Limits, LEGACY_WASM_LAYER, WASM_CONFIG, WASM_LAYER};
-
-/// A registry on loopback, stopped when dropped.
-struct Registry {
-    child: Child,
-    storage: tempfile::TempDir,
-    addr: String,
-}
-
-impl Registry {
-    fn start() -> Self {
-        Self::start_with(|_| String::new())
-    }
-
-    /// A registry that wants user `user` with password `password`.
-    fn with_login(user: &str, password: &str) -> Self {
-        let hash = bcrypt::hash(password, 4).unwrap();
-        Self::start_with(|dir| {
-            let file = dir.join("htpasswd");
-            std::fs::write(&file, format!("{user}:{hash}\n")).unwrap();
-            format!(
-                "auth:\n  htpasswd:\n    realm: test\n    path: {}\n",
-                file.display()
-            )
-        })
-    }
-
-    /// A registry serving HTTPS with a certificate from a private
-    /// authority, whose certificate (PEM) is in the returned file.
-    fn with_private_ca() -> (Self, tempfile::TempDir) {
-        use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
-        let ca_dir = tempfile::tempdir().unwrap();
-        let ca_key = KeyPair::generate().unwrap();
-        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        let ca_cert = ca.self_signed(&ca_key).unwrap();
-        std::fs::write(ca_dir.path().join("ca.crt"), ca_cert.pem()).unwrap();
-        let issuer = Issuer::new(ca, ca_key);
-        let key = KeyPair::generate().unwrap();
-        let cert = CertificateParams::new(vec!["127.0.0.1".to_owned()])
-            .unwrap()
-            .signed_by(&key, &issuer)
-            .unwrap();
-        let registry = Self::start_with(|dir| {
-            std::fs::write(dir.join("tls.crt"), cert.pem()).unwrap();
-            std::fs::write(dir.join("tls.key"), key.serialize_pem()).unwrap();
-            format!(
-                "  tls:\n    certificate: {}\n    key: {}\n",
-                dir.join("tls.crt").display(),
-                dir.join("tls.key").display()
-            )
-        });
-        (registry, ca_dir)
-    }
-
-    /// A registry whose configuration ends with what `extra` returns; it
-    /// may write files in the registry's directory, which it is given.
-    fn start_with(extra: impl FnOnce(&std::path::Path) -> String) -> Self {
-        let bin = test_cluster::binaries().expect("the registry (tests/cluster/build.sh)");
-        let storage = tempfile::tempdir().unwrap();
-        let extra_config = extra(storage.path());
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let addr = format!("127.0.0.1:{port}");
-        let config = storage.path().join("config.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "version: 0.1\nlog: {{level: warn}}\nstorage:\n  filesystem: {{rootdirectory: {}}}\n  delete: {{enabled: true}}\nhttp:\n  addr: {addr}\n{extra_config}",
-                storage.path().join("data").display()
-            ),
-        )
-        .unwrap();
-        let child = Command::new(bin.join("registry"))
-            .arg("serve")
-            .arg(&config)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::fs::File::create(storage.path().join("registry.log")).unwrap())
-            .spawn()
-            .expect("start the registry");
-        let started = Instant::now();
-        while TcpStream::connect(&addr).is_err() {
-            assert!(
-                started.elapsed() < Duration::from_secs(20),
-                "the registry did not listen on {addr}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Registry {
-            child,
-            storage,
-            addr,
-        }
-    }
-
-    fn reference(&self, repository_and_tag: &str) -> String {
-        format!("{}/{repository_and_tag}", self.addr)
-    }
-
-    /// Where the registry keeps a blob's bytes.
-    fn blob(&self, digest: &str) -> PathBuf {
-        let hex = digest.strip_prefix("sha256:").unwrap();
-        self.storage
-            .path()
-            .join("data/docker/registry/v2/blobs/sha256")
-            .join(&hex[..2])
-            .join(hex)
-            .join("data")
-    }
-}
-
-impl Drop for Registry {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn plain() -> Access {
     Access {
@@ -852,4 +732,113 @@ async fn only_versions_signed_by_the_policys_keys_are_served() {
         None,
         "cached, key no longer trusted"
     );
+}
+
+#[tokio::test]
+async fn an_image_for_image_volumes_holds_the_plugins_at_its_root() {
+    let registry = Registry::start();
+    let reference = registry.reference("plugins/volume:1");
+    let hostpath = rust_plugin_path("hostpath");
+    let dir = tempfile::tempdir().unwrap();
+    let other = dir.path().join("other.wasm");
+    std::fs::write(
+        &other,
+        support::variant(&std::fs::read(&hostpath).unwrap(), "other"),
+    )
+    .unwrap();
+    let (hostpath, other) = (hostpath.to_str().unwrap(), other.to_str().unwrap());
+
+    // One artifact is one component.
+    let out = wasmprov(&[
+        "plugin",
+        "push",
+        hostpath,
+        other,
+        &reference,
+        "--plain-http",
+    ]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("2 files given"), "{}", text(&out));
+
+    let out = wasmprov(&[
+        "plugin",
+        "push",
+        "--image",
+        hostpath,
+        other,
+        &reference,
+        "--plain-http",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("an image holding hostpath.wasm, other.wasm"),
+        "{}",
+        text(&out)
+    );
+
+    // An image as containerd unpacks one: an image config whose diff_id
+    // is the tar's, one gzip tar layer with the files at its root.
+    let client = raw_client();
+    let image: Reference = reference.parse().unwrap();
+    let (body, _) = client
+        .pull_manifest_raw(
+            &image,
+            &RegistryAuth::Anonymous,
+            &[oci_client::manifest::OCI_IMAGE_MEDIA_TYPE],
+        )
+        .await
+        .unwrap();
+    let manifest: OciImageManifest = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        manifest.config.media_type,
+        oci_client::manifest::IMAGE_CONFIG_MEDIA_TYPE
+    );
+    let [layer] = manifest.layers.as_slice() else {
+        panic!("{manifest:?}")
+    };
+    assert_eq!(
+        layer.media_type,
+        oci_client::manifest::IMAGE_LAYER_GZIP_MEDIA_TYPE
+    );
+    let mut gz = Vec::new();
+    client.pull_blob(&image, layer, &mut gz).await.unwrap();
+    let mut tar = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(gz.as_slice()), &mut tar).unwrap();
+    let mut config = Vec::new();
+    client
+        .pull_blob(&image, &manifest.config, &mut config)
+        .await
+        .unwrap();
+    let config: serde_json::Value = serde_json::from_slice(&config).unwrap();
+    assert_eq!(config["rootfs"]["diff_ids"][0], oci::digest(&tar));
+    let mut files = Vec::new();
+    for entry in tar::Archive::new(tar.as_slice()).entries().unwrap() {
+        let mut entry = entry.unwrap();
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut entry, &mut bytes).unwrap();
+        files.push((
+            entry.path().unwrap().display().to_string(),
+            oci::digest(&bytes),
+        ));
+    }
+    assert_eq!(
+        files,
+        [
+            (
+                "hostpath.wasm".to_owned(),
+                oci::digest(&std::fs::read(hostpath).unwrap())
+            ),
+            (
+                "other.wasm".to_owned(),
+                oci::digest(&std::fs::read(other).unwrap())
+            ),
+        ]
+    );
+
+    // A host does not pull it: the kubelet mounts it.
+    let error = oci::pull(&reference, &plain(), Limits::default())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("is mounted by the kubelet"), "{error}");
 }

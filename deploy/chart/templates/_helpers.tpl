@@ -67,17 +67,27 @@ capabilities:
   drop: [ALL]
 {{- end }}
 
-{{/* The plugins volume: the ConfigMaps of one side, projected. */}}
+{{/* The plugins volume of one side: its ConfigMaps, projected, or its image. */}}
 {{- define "wasmprov.pluginsVolume" -}}
+{{- if .image.reference }}
+{{- if .configMaps }}
+{{- fail (printf "plugins.%sImage replaces the %s hosts' plugin ConfigMaps: set plugins.%s to [] (the image holds every plugin of that side)" .side .side .side) }}
+{{- end }}
+- name: plugins
+  image:
+    reference: {{ .image.reference }}
+    pullPolicy: {{ .image.pullPolicy | default "IfNotPresent" }}
+{{- else }}
 - name: plugins
   projected:
-    {{- if . }}
+    {{- if .configMaps }}
     sources:
-      {{- range . }}
+      {{- range .configMaps }}
       - configMap:
           name: {{ . }}
       {{- end }}
     {{- else }}
     sources: []
     {{- end }}
+{{- end }}
 {{- end }}

@@ -25,7 +25,10 @@ use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
 use sha2::{Digest, Sha256};
 
+mod image;
 pub mod signature;
+
+pub use image::push_image;
 
 /// The layer of a component in the CNCF layout.
 pub const WASM_LAYER: &str = "application/wasm";
@@ -295,11 +298,19 @@ pub async fn pull(reference: &str, access: &Access, limits: Limits) -> Result<Pu
         ));
     };
     if layer.media_type != WASM_LAYER && layer.media_type != LEGACY_WASM_LAYER {
+        let image_volume = match layer.media_type.contains("image.layer") {
+            true => {
+                " (an image, as `plugin push --image` makes for image volumes, is mounted \
+                      by the kubelet, not pulled by a host)"
+            }
+            false => "",
+        };
         return Err(refused(
             reference,
             format!(
                 "its layer is of type {}, not a WebAssembly component ({WASM_LAYER} or \
-                 {LEGACY_WASM_LAYER}): push the .wasm file with `wasmprov plugin push`",
+                 {LEGACY_WASM_LAYER}){image_volume}: push the .wasm file with `wasmprov plugin \
+                 push`",
                 layer.media_type
             ),
         ));

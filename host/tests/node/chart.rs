@@ -2,7 +2,9 @@
 //! to it: Helm takes over what `kubectl apply -k deploy/` installed,
 //! `helm test` binds a claim from a pod that writes to it, `helm upgrade`
 //! to a chart with a new plugin version reaches every node host without
-//! losing a claim, and `helm uninstall` removes everything but the volumes.
+//! losing a claim, and `helm uninstall` removes everything but the volumes;
+//! then a fresh install from an `oci://` chart takes the node plugins from
+//! an image volume.
 
 use std::path::{Path, PathBuf};
 
@@ -15,6 +17,7 @@ use kube::Api;
 use test_cluster::Cluster;
 
 use super::support::node::{node_hosts, not_serving, run, LIMIT, NS};
+use super::support::registry::Registry;
 use super::support::{eventually_within, workspace_root};
 use super::{apply, bound_volume, claim_on_the_node, namespace, running, writer_pod};
 
@@ -186,5 +189,91 @@ where
         found.is_none(),
         "{} {name} outlived the release",
         K::kind(&Default::default())
+    );
+}
+
+/// A fresh install as an operator of an air-gapped or private registry
+/// makes it: the chart from an `oci://` reference, and the node hosts'
+/// plugins from an image volume (`wasmprov plugin push --image`), both
+/// from a registry the nodes pull from; `helm test` binds and writes
+/// through the plugin the image holds; uninstalled after.
+pub async fn a_fresh_install_from_a_registry_takes_its_plugins_from_an_image_volume(
+    cluster: &Cluster,
+) {
+    let client = cluster.client().await.unwrap();
+    let timeout = format!("--timeout={}s", LIMIT.as_secs());
+    let registry = Registry::on_every_address();
+    // This machine pushes over loopback; the nodes pull through their link.
+    let first = &cluster.node_names()[0];
+    let for_nodes = format!("{}:{}", cluster.machine_address(first), registry.port);
+    cluster.trust_plain_http_registry(&for_nodes).unwrap();
+
+    // The plugins image: a hostpath build of its own digest.
+    let wasm = std::fs::read(super::support::rust_plugin_path("hostpath")).unwrap();
+    let plugin = super::support::variant(&wasm, &format!("image-{}", std::process::id()));
+    let files = tempfile::tempdir().unwrap();
+    let file = files.path().join("hostpath.wasm");
+    std::fs::write(&file, &plugin).unwrap();
+    run(std::process::Command::new(env!("CARGO_BIN_EXE_wasmprov"))
+        .args(["plugin", "push", "--image"])
+        .arg(&file)
+        .arg(registry.reference("wasmprov/plugins:1"))
+        .arg("--plain-http"));
+
+    // The chart, packaged and pushed as a release is.
+    run(helm(cluster)
+        .arg("package")
+        .arg(workspace_root().join("deploy/chart"))
+        .arg("--destination")
+        .arg(files.path()));
+    let version = "0.1.0";
+    let charts = format!("oci://{}/charts", registry.addr);
+    run(helm(cluster)
+        .arg("push")
+        .arg(files.path().join(format!("wasmprov-{version}.tgz")))
+        .args([&charts, "--plain-http"]));
+
+    run(helm(cluster).args([
+        "install",
+        RELEASE,
+        &format!("{charts}/wasmprov"),
+        "--version",
+        version,
+        "--plain-http",
+        "--set",
+        "plugins.node=null",
+        "--set",
+        "plugins.bundledHostpath=false",
+        "--set",
+        &format!("plugins.nodeImage.reference={for_nodes}/wasmprov/plugins:1"),
+        "--wait",
+        &timeout,
+    ]));
+    let pods = node_hosts(&client).await;
+    let digest = super::support::digest(&plugin);
+    eventually_within(
+        LIMIT,
+        "every node host to serve the plugin from the image volume",
+        || {
+            let (client, pods, digest) = (client.clone(), pods.clone(), digest.clone());
+            async move {
+                not_serving(&client, &pods, &digest)
+                    .await
+                    .is_empty()
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+    let out = run(helm(cluster).args(["test", RELEASE, &timeout]));
+    assert!(out.contains("Phase:") && out.contains("Succeeded"), "{out}");
+    run(helm(cluster).args(["uninstall", RELEASE, "--wait", &timeout]));
+    gone(
+        Api::<DaemonSet>::namespaced(client.clone(), NS),
+        "wasmprov-node",
+    )
+    .await;
+    eprintln!(
+        "node e2e: a fresh install from oci://, the node plugins from an image volume, passed helm test"
     );
 }

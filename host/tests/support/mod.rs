@@ -4,6 +4,7 @@
 
 pub mod kubelet;
 pub mod node;
+pub mod registry;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

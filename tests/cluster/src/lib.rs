@@ -346,6 +346,24 @@ impl Cluster {
         self.with_node(name, |n| n.command(program))
     }
 
+    /// Lets every node's containerd pull from registry `host`
+    /// (`address:port`) over plain HTTP, as a lab registry without TLS is
+    /// configured (containerd's hosts.toml). Panics without a node.
+    pub fn trust_plain_http_registry(&self, host: &str) -> Result<(), Error> {
+        let nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
+        assert!(!nodes.is_empty(), "this cluster was started without a node");
+        nodes
+            .iter()
+            .try_for_each(|n| n.trust_plain_http_registry(host))
+    }
+
+    /// An address of this machine that every node's processes reach (node
+    /// `name`'s end of its link to this machine; the others route to it
+    /// through theirs). Panics without such a node.
+    pub fn machine_address(&self, name: &str) -> std::net::Ipv4Addr {
+        self.with_node(name, |n| n.machine_address())
+    }
+
     /// The names of the real nodes, in order.
     pub fn node_names(&self) -> Vec<String> {
         let nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());

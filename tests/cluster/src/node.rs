@@ -403,6 +403,10 @@ state = "{state}"
   snapshotter = "overlayfs"
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
     sandbox = "{PAUSE_IMAGE}"
+  # Per-registry settings (hosts.toml), read at each pull: see
+  # Node::trust_plain_http_registry.
+  [plugins.'io.containerd.cri.v1.images'.registry]
+    config_path = "{registry_hosts}"
 [plugins.'io.containerd.cri.v1.runtime']
   netns_mounts_under_state_dir = true
   # Lowering a process's oom_score_adj needs CAP_SYS_RESOURCE, which a
@@ -420,6 +424,7 @@ state = "{state}"
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
 "#,
+                registry_hosts = s(&node_dir.join("registry-hosts")),
                 root = s(&node_dir.join("containerd")),
                 state = s(&node_dir.join("containerd-state")),
                 socket = s(&containerd_socket),
@@ -610,6 +615,25 @@ serializeImagePulls: false
             .args(["images", "import", "--all-platforms"])
             .arg(tarball))
         .map(drop)
+    }
+
+    /// Lets containerd pull from registry `host` (`address:port`) over
+    /// plain HTTP: the hosts.toml a node of a lab registry has.
+    pub fn trust_plain_http_registry(&self, host: &str) -> Result<(), Error> {
+        let dir = self.node_dir.join("registry-hosts").join(host);
+        std::fs::create_dir_all(&dir).map_err(io(format!("create {}", dir.display())))?;
+        write(
+            &dir.join("hosts.toml"),
+            &format!(
+                "server = \"http://{host}\"\n[host.\"http://{host}\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
+            ),
+        )
+    }
+
+    /// This machine's address on the node's link: what its processes reach
+    /// this machine by (a registry listening on every address, say).
+    pub fn machine_address(&self) -> Ipv4Addr {
+        self.network.host_ip
     }
 
     /// Where this machine has what the node sees at `path`: below one of

@@ -69,15 +69,20 @@ impl RegistryArgs {
 
 #[derive(Debug, Args)]
 pub struct PushArgs {
-    /// The plugin component (`.wasm`).
-    #[arg(value_name = "FILE")]
-    pub file: PathBuf,
+    /// The plugin component (`.wasm`); with --image, one or more.
+    #[arg(value_name = "FILE", required = true, num_args = 1..)]
+    pub files: Vec<PathBuf>,
     /// Where to push it: REGISTRY/REPOSITORY:TAG.
     #[arg(value_name = "REF")]
     pub reference: String,
     /// The layer's file name [default: FILE's name].
-    #[arg(long)]
+    #[arg(long, conflicts_with = "image")]
     pub name: Option<String>,
+    /// Push an image for a Kubernetes image volume instead: one tar layer
+    /// with the files at its root, for a host's plugins directory
+    /// (deploy/README.md, "Plugins as an OCI image volume").
+    #[arg(long)]
+    pub image: bool,
     #[command(flatten)]
     pub registry: RegistryArgs,
 }
@@ -101,19 +106,38 @@ pub struct PullArgs {
 
 pub async fn push(args: PushArgs) -> anyhow::Result<ExitCode> {
     let access = args.registry.access()?;
-    let component =
-        std::fs::read(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
-    let name = match &args.name {
-        Some(name) => name.clone(),
-        None => super::name_of_file(&args.file)?,
+    let mut files = Vec::new();
+    for file in &args.files {
+        let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+        files.push((file, bytes));
+    }
+    let (digest, what) = if args.image {
+        let mut named = Vec::new();
+        for (file, bytes) in files {
+            named.push((format!("{}.wasm", super::name_of_file(file)?), bytes));
+        }
+        let digest = oci::push_image(&args.reference, &named, &access).await?;
+        let names: Vec<&str> = named.iter().map(|(n, _)| n.as_str()).collect();
+        (digest, format!("an image holding {}", names.join(", ")))
+    } else {
+        let [(file, component)] = files.as_slice() else {
+            anyhow::bail!(
+                "{} files given: a plugin artifact is one component (push each to its own \
+                 reference), or give --image for an image volume holding them all",
+                files.len()
+            );
+        };
+        let name = match &args.name {
+            Some(name) => name.clone(),
+            None => super::name_of_file(file)?,
+        };
+        let digest = oci::push(&args.reference, &name, component, &access).await?;
+        (
+            digest,
+            format!("{} ({} bytes)", file.display(), component.len()),
+        )
     };
-    let digest = oci::push(&args.reference, &name, &component, &access).await?;
-    println!(
-        "pushed {} ({} bytes) to {}",
-        args.file.display(),
-        component.len(),
-        args.reference
-    );
+    println!("pushed {what} to {}", args.reference);
     println!("digest: {digest}");
     Ok(ExitCode::SUCCESS)
 }
