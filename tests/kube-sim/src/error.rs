@@ -98,7 +98,7 @@ pub enum ApiError {
     #[error("Operation cannot be fulfilled on {}: {message}", .target.qualified())]
     Conflict { target: Target, message: String },
     /// 422: validation failed. `kind` is the object's Kind (real messages use it here).
-    #[error("{kind} \"{name}\" is invalid: {}", field_errors(.causes), name = .target.name)]
+    #[error("{} is invalid: {}", .target.qualified_as(.kind), field_errors(.causes))]
     Invalid {
         target: Target,
         kind: &'static str,

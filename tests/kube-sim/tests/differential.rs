@@ -7,6 +7,9 @@
 //! What the simulator does not model is listed in its README ("Not
 //! modelled"); this test keeps the rest honest.
 
+#[path = "differential/invalid.rs"]
+mod invalid;
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -461,7 +464,18 @@ async fn the_simulator_answers_like_the_real_api_server() {
         client: sim.client().unwrap(),
     };
     let (want, got) = tokio::join!(transcript(&real), transcript(&simulated));
+    let mut found = differences(&want, &got);
+    let (want, got) = tokio::join!(invalid::transcript(&real), invalid::transcript(&simulated));
+    found.extend(differences(&want, &got));
+    assert!(
+        found.is_empty(),
+        "the simulator differs from the real API server:\n{}",
+        found.join("\n")
+    );
+}
 
+/// The steps where two transcripts differ, each shown both ways.
+fn differences(want: &[(String, Value)], got: &[(String, Value)]) -> Vec<String> {
     let mut differences = Vec::new();
     for i in 0..want.len().max(got.len()) {
         match (want.get(i), got.get(i)) {
@@ -475,9 +489,5 @@ async fn the_simulator_answers_like_the_real_api_server() {
             )),
         }
     }
-    assert!(
-        differences.is_empty(),
-        "the simulator differs from the real API server:\n{}",
-        differences.join("\n")
-    );
+    differences
 }

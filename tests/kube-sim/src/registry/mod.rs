@@ -172,13 +172,17 @@ impl Registry {
                 )))
             }
         }
-        let decoded = (def.roundtrip)(body.clone()).map_err(|e| {
+        let cannot_decode = |e: &dyn std::fmt::Display| {
             ApiError::BadRequest(format!(
                 "{kind} in version \"{v}\" cannot be handled as a {kind}: {e}",
                 kind = def.kind,
                 v = def.version
             ))
-        })?;
+        };
+        let decoded = (def.roundtrip)(body.clone()).map_err(|e| cannot_decode(&e))?;
+        if let Some(e) = validation::bad_quantity(res, &decoded) {
+            return Err(cannot_decode(&e));
+        }
         let unknown = if validation == Validation::Ignore {
             Vec::new()
         } else {
@@ -213,10 +217,14 @@ impl Registry {
         opts: &WriteOpts,
     ) -> ApiResult<Written> {
         let (obj, warnings) = self.decode(res, body, opts.validation)?;
-        if res == resources::EVENT_V1 {
-            validation::validate_event_v1(&obj)?;
-        }
         let stored = convert::to_storage(res, obj);
+        if res == resources::EVENT_V1 {
+            let mut event = stored.clone();
+            if objects::namespace(&event).is_empty() {
+                objects::meta_mut(&mut event).insert("namespace".into(), json!(path_ns));
+            }
+            validation::validate_event_v1(&event)?;
+        }
         self.create_decoded(convert::storage(res), path_ns, stored, opts, warnings, true)
             .map(|w| present_written(res, w))
     }
