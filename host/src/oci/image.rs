@@ -7,9 +7,9 @@
 //! so the same files give the same digest.
 
 use oci_client::client::{Config, ImageLayer};
-use oci_client::manifest::{OciImageManifest, IMAGE_LAYER_GZIP_MEDIA_TYPE};
+use oci_client::manifest::IMAGE_LAYER_GZIP_MEDIA_TYPE;
 
-use super::{auth, client, digest, parse, refused, registry_error, Access, OciError};
+use super::{digest, parse, refused, Access, OciError};
 
 /// Pushes an image whose root holds `files` (name, component), for image
 /// volumes; returns the manifest's digest.
@@ -48,17 +48,7 @@ pub async fn push_image(
         serde_json::to_vec(&config).expect("a JSON value serializes"),
         None,
     );
-    let manifest = OciImageManifest::build(std::slice::from_ref(&layer), &config, None);
-    let client = client(access);
-    let auth = auth(access);
-    client
-        .push(&image, &[layer], config, &auth, Some(manifest))
-        .await
-        .map_err(|e| registry_error(reference, e))?;
-    client
-        .fetch_manifest_digest(&image, &auth)
-        .await
-        .map_err(|e| registry_error(reference, e))
+    super::push_one_layer(reference, &image, layer, config, access).await
 }
 
 /// A tar of `files` at its root: sorted, time 0, owner 0:0, mode 0444.

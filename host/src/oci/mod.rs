@@ -248,16 +248,27 @@ pub async fn push(
         media_type: WASM_CONFIG.to_owned(),
         annotations: None,
     };
+    push_one_layer(reference, &image, layer, config, access).await
+}
+
+/// Pushes a manifest of `layer` and `config` to `image`; returns the
+/// digest that now pins it, in the registry's own words.
+async fn push_one_layer(
+    reference: &str,
+    image: &Reference,
+    layer: ImageLayer,
+    config: Config,
+    access: &Access,
+) -> Result<String, OciError> {
     let manifest = OciImageManifest::build(std::slice::from_ref(&layer), &config, None);
     let client = client(access);
     let auth = auth(access);
     client
-        .push(&image, &[layer], config, &auth, Some(manifest))
+        .push(image, &[layer], config, &auth, Some(manifest))
         .await
         .map_err(|e| registry_error(reference, e))?;
-    // The registry's own word for what now pins this push.
     client
-        .fetch_manifest_digest(&image, &auth)
+        .fetch_manifest_digest(image, &auth)
         .await
         .map_err(|e| registry_error(reference, e))
 }

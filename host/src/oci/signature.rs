@@ -104,6 +104,16 @@ pub struct Signed {
     pub format: &'static str,
 }
 
+impl Signed {
+    fn by(key: &PublicKey, format: &'static str) -> Option<Self> {
+        Some(Signed {
+            key: key.name.clone(),
+            fingerprint: key.fingerprint.clone(),
+            format,
+        })
+    }
+}
+
 /// Finds a signature of `manifest_digest` (of `reference`'s repository) by
 /// one of `keys`. The error says what was found and why none counts.
 pub async fn verify(
@@ -206,11 +216,7 @@ async fn signature_tag(
         };
         match simple_signing_digest(&payload) {
             Some(digest) if digest == manifest_digest => {
-                return Ok(Some(Signed {
-                    key: key.name.clone(),
-                    fingerprint: key.fingerprint.clone(),
-                    format: "cosign 2 signature tag",
-                }))
+                return Ok(Signed::by(key, "cosign 2 signature tag"));
             }
             Some(digest) => problems.push(format!(
                 "a signature by {} of another manifest, {digest}",
@@ -275,13 +281,7 @@ async fn bundles(
                 .await
                 .map_err(|e| e.to_string())?;
             match check_bundle(&bundle, manifest_digest, keys) {
-                Ok(key) => {
-                    return Ok(Some(Signed {
-                        key: key.name.clone(),
-                        fingerprint: key.fingerprint.clone(),
-                        format: "cosign 3 bundle",
-                    }))
-                }
+                Ok(key) => return Ok(Signed::by(key, "cosign 3 bundle")),
                 Err(problem) => problems.push(problem),
             }
         }

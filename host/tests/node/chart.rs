@@ -118,21 +118,7 @@ pub async fn helm_takes_over_tests_upgrades_and_uninstalls(cluster: &Cluster) {
         .args(["upgrade", RELEASE])
         .arg(next_chart.path().join("chart"))
         .args(["--force-conflicts", "--wait", &timeout]));
-    let pods = node_hosts(&client).await;
-    eventually_within(
-        LIMIT,
-        "every node host to serve the upgraded plugin",
-        || {
-            let (client, pods, digest) = (client.clone(), pods.clone(), next_digest.clone());
-            async move {
-                not_serving(&client, &pods, &digest)
-                    .await
-                    .is_empty()
-                    .then_some(())
-            }
-        },
-    )
-    .await;
+    every_node_host_serves(&client, &next_digest, "the upgraded plugin").await;
     let still = bound_volume(&client, ns, "kept").await;
     assert_eq!(
         still.metadata.name, kept.metadata.name,
@@ -176,6 +162,21 @@ pub async fn helm_takes_over_tests_upgrades_and_uninstalls(cluster: &Cluster) {
         );
     }
     eprintln!("node e2e: helm took over deploy/, tested, upgraded the plugin and uninstalled; the volumes stayed");
+}
+
+/// Waits until every node host serves the plugin of `digest` (`what`).
+async fn every_node_host_serves(client: &kube::Client, digest: &str, what: &str) {
+    let pods = node_hosts(client).await;
+    eventually_within(LIMIT, &format!("every node host to serve {what}"), || {
+        let (client, pods, digest) = (client.clone(), pods.clone(), digest.to_owned());
+        async move {
+            not_serving(&client, &pods, &digest)
+                .await
+                .is_empty()
+                .then_some(())
+        }
+    })
+    .await;
 }
 
 /// Panics if `api` still has object `name`.
@@ -249,22 +250,8 @@ pub async fn a_fresh_install_from_a_registry_takes_its_plugins_from_an_image_vol
         "--wait",
         &timeout,
     ]));
-    let pods = node_hosts(&client).await;
     let digest = super::support::digest(&plugin);
-    eventually_within(
-        LIMIT,
-        "every node host to serve the plugin from the image volume",
-        || {
-            let (client, pods, digest) = (client.clone(), pods.clone(), digest.clone());
-            async move {
-                not_serving(&client, &pods, &digest)
-                    .await
-                    .is_empty()
-                    .then_some(())
-            }
-        },
-    )
-    .await;
+    every_node_host_serves(&client, &digest, "the plugin from the image volume").await;
     let out = run(helm(cluster).args(["test", RELEASE, &timeout]));
     assert!(out.contains("Phase:") && out.contains("Succeeded"), "{out}");
     run(helm(cluster).args(["uninstall", RELEASE, "--wait", &timeout]));

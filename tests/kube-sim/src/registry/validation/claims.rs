@@ -127,6 +127,12 @@ fn update(obj: &Value, old: &Value, errs: &mut Vec<String>) {
              volumeAttributesClassName for bound claims\n(the real API server shows a diff of the spec here; the simulator does not)",
         ));
     }
+    volume_mode_kept(obj, old, errs);
+}
+
+/// A claim's or volume's volumeMode never changes (its path is reported
+/// without `spec.`, as the real server does).
+pub fn volume_mode_kept(obj: &Value, old: &Value, errs: &mut Vec<String>) {
     let mode = |v: &Value| objects::path(v, "spec.volumeMode").cloned();
     if mode(old) != mode(obj) {
         errs.push(field::invalid_value(

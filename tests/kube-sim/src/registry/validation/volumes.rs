@@ -222,12 +222,5 @@ fn update(obj: &Value, old: &Value, errs: &mut Vec<String>) {
             "spec.persistentvolumesource is immutable after creation\n(the real API server shows a diff of the spec here; the simulator does not)",
         ));
     }
-    let mode = |v: &Value| objects::path(v, "spec.volumeMode").cloned();
-    if mode(old) != mode(obj) {
-        errs.push(field::invalid_value(
-            "volumeMode",
-            &mode(obj).unwrap_or(Value::Null),
-            "field is immutable",
-        ));
-    }
+    claims::volume_mode_kept(obj, old, errs);
 }
