@@ -33,7 +33,7 @@ pub fn validate(obj: &Value, old: Option<&Value>, errs: &mut Vec<String>) {
             names::dns_subdomain(class),
         ));
     }
-    volume_mode(obj, "spec.volumeMode", errs);
+    volume_mode(obj, errs);
     if let Some(old) = old {
         update(obj, old, errs);
     }
@@ -55,10 +55,11 @@ pub fn access_modes(modes: Option<&Vec<Value>>, errs: &mut Vec<String>) {
     }
 }
 
-pub fn volume_mode(obj: &Value, path: &str, errs: &mut Vec<String>) {
+/// `spec.volumeMode`, if given, is one (claims and volumes alike).
+pub fn volume_mode(obj: &Value, errs: &mut Vec<String>) {
     if let Some(mode) = objects::path(obj, "spec.volumeMode") {
         if !mode.as_str().is_some_and(|m| VOLUME_MODES.contains(&m)) {
-            errs.push(field::not_supported(path, mode, VOLUME_MODES));
+            errs.push(field::not_supported("spec.volumeMode", mode, VOLUME_MODES));
         }
     }
 }

@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use super::claims::{self, VOLUME_MODES};
+use super::claims;
 use super::{field, names};
 use crate::objects;
 
@@ -108,11 +108,7 @@ pub fn validate(obj: &Value, old: Option<&Value>, errs: &mut Vec<String>) {
             names::dns_subdomain(class),
         ));
     }
-    if let Some(mode) = objects::path(obj, "spec.volumeMode") {
-        if !mode.as_str().is_some_and(|m| VOLUME_MODES.contains(&m)) {
-            errs.push(field::not_supported("spec.volumeMode", mode, VOLUME_MODES));
-        }
-    }
+    claims::volume_mode(obj, errs);
     if let Some(old) = old {
         update(obj, old, errs);
     }
