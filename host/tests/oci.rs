@@ -842,3 +842,85 @@ async fn an_image_for_image_volumes_holds_the_plugins_at_its_root() {
         .to_string();
     assert!(error.contains("is mounted by the kubelet"), "{error}");
 }
+
+/// A registry that answers every manifest request with more bytes than
+/// any manifest may have: with a Content-Length of 100 MiB (`announce`),
+/// or streamed without one. Returns its address and a count of the
+/// manifest bytes it managed to send.
+async fn endless_manifests(
+    announce: bool,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::Ordering;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = sent.clone();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let counter = counter.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if socket.read(&mut byte).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    head.push(byte[0]);
+                }
+                let head = String::from_utf8_lossy(&head);
+                if !head.contains("/manifests/") {
+                    let _ = socket
+                        .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+                        .await;
+                    return;
+                }
+                let length = if announce {
+                    "Content-Length: 104857600\r\n"
+                } else {
+                    "Transfer-Encoding: chunked\r\n"
+                };
+                let header = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/vnd.oci.image.manifest.v1+json\r\n{length}\r\n"
+                );
+                if socket.write_all(header.as_bytes()).await.is_err() {
+                    return;
+                }
+                let chunk = vec![b' '; 64 << 10];
+                for _ in 0..1600 {
+                    let framed = if announce {
+                        chunk.clone()
+                    } else {
+                        [format!("{:x}\r\n", chunk.len()).as_bytes(), &chunk, b"\r\n"].concat()
+                    };
+                    if socket.write_all(&framed).await.is_err() {
+                        return;
+                    }
+                    counter.fetch_add(chunk.len(), Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    (addr, sent)
+}
+
+#[tokio::test]
+async fn a_manifest_larger_than_allowed_is_not_read() {
+    use std::sync::atomic::Ordering;
+    for announce in [true, false] {
+        let (addr, sent) = endless_manifests(announce).await;
+        let reference = format!("{addr}/evil/plugin:1");
+        let error = oci::pull(&reference, &plain(), Limits::default())
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("its manifest is larger than the 4194304 bytes a manifest may have"),
+            "{error}"
+        );
+        // Socket buffers hold a few MiB more than was read; the registry
+        // offered 100 MiB.
+        let sent = sent.load(Ordering::Relaxed);
+        assert!(sent < 16 << 20, "announced: {announce}; sent {sent} bytes");
+    }
+}

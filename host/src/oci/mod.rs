@@ -25,6 +25,7 @@ use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
 use sha2::{Digest, Sha256};
 
+mod capped;
 mod image;
 pub mod signature;
 
@@ -100,10 +101,12 @@ pub enum OciError {
     Refused { reference: String, message: String },
 }
 
-fn client(access: &Access) -> Client {
+fn client(access: &Access, reference: &str) -> Result<Client, OciError> {
     // rustls with ring, as the kube client: no second crypto library.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    Client::new(ClientConfig {
+    // try_from, not new: new falls back to a default configuration (no CA,
+    // HTTPS) when this one cannot be built.
+    Client::try_from(ClientConfig {
         protocol: if access.plain_http {
             ClientProtocol::Http
         } else {
@@ -122,6 +125,12 @@ fn client(access: &Access) -> Client {
         connect_timeout: Some(CONNECT_TIMEOUT),
         read_timeout: Some(READ_TIMEOUT),
         ..Default::default()
+    })
+    .map_err(|e| {
+        refused(
+            reference,
+            format!("cannot make a registry client: {e} (is the CA file PEM certificates?)"),
+        )
     })
 }
 
@@ -261,7 +270,7 @@ async fn push_one_layer(
     access: &Access,
 ) -> Result<String, OciError> {
     let manifest = OciImageManifest::build(std::slice::from_ref(&layer), &config, None);
-    let client = client(access);
+    let client = client(access, reference)?;
     let auth = auth(access);
     client
         .push(image, &[layer], config, &auth, Some(manifest))
@@ -277,7 +286,7 @@ async fn push_one_layer(
 /// version), asked without pulling it.
 pub async fn resolve(reference: &str, access: &Access) -> Result<String, OciError> {
     let image = target(reference, access)?;
-    client(access)
+    client(access, reference)?
         .fetch_manifest_digest(&image, &auth(access))
         .await
         .map_err(|e| registry_error(reference, e))
@@ -296,7 +305,7 @@ pub fn pinned(reference: &str, digest: &str) -> Result<String, OciError> {
 /// Pulls the component at `reference` (a tag, or a digest that pins it).
 pub async fn pull(reference: &str, access: &Access, limits: Limits) -> Result<Pulled, OciError> {
     let image = target(reference, access)?;
-    let client = client(access);
+    let client = client(access, reference)?;
     let (manifest, manifest_digest) = read_manifest(&client, &image, access, reference).await?;
     let [layer] = manifest.layers.as_slice() else {
         return Err(refused(
@@ -350,37 +359,45 @@ async fn read_manifest(
     access: &Access,
     reference: &str,
 ) -> Result<(OciImageManifest, String), OciError> {
-    let (body, manifest_digest) = client
-        .pull_manifest_raw(image, &auth(access), &[OCI_IMAGE_MEDIA_TYPE])
-        .await
-        .map_err(|e| registry_error(reference, e))?;
-    if body.len() > MAX_MANIFEST_BYTES {
+    let named = image
+        .digest()
+        .or(image.tag())
+        .unwrap_or("latest")
+        .to_owned();
+    let body = capped::get(
+        client,
+        image,
+        access,
+        &format!("manifests/{named}"),
+        &[OCI_IMAGE_MEDIA_TYPE],
+        reference,
+    )
+    .await?
+    .ok_or_else(|| {
+        registry_error(
+            reference,
+            std::io::Error::other(format!("no manifest {named} there")),
+        )
+    })?;
+    let actual = digest(&body.bytes);
+    // What the reference pins, else what the registry says it sent.
+    let said = image.digest().map(str::to_owned).or(body.digest);
+    if let Some(said) = said.filter(|said| *said != actual) {
         return Err(refused(
             reference,
             format!(
-                "its manifest has {} bytes, more than the {} a component's may have",
-                body.len(),
-                MAX_MANIFEST_BYTES
+                "the registry sent a manifest whose digest is {actual}, not the {said} it \
+                 said; refusing it"
             ),
         ));
     }
-    if digest(&body) != manifest_digest {
-        return Err(refused(
-            reference,
-            format!(
-                "the registry sent a manifest whose digest is {}, not the {manifest_digest} it \
-                 said; refusing it",
-                digest(&body)
-            ),
-        ));
-    }
-    let manifest = serde_json::from_slice(&body).map_err(|e| {
+    let manifest = serde_json::from_slice(&body.bytes).map_err(|e| {
         refused(
             reference,
             format!("its manifest is not an OCI image manifest: {e}"),
         )
     })?;
-    Ok((manifest, manifest_digest))
+    Ok((manifest, actual))
 }
 
 /// The blob `layer` describes (its `what`), no larger than `max` bytes nor

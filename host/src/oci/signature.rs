@@ -20,7 +20,7 @@
 use std::path::Path;
 
 use base64::Engine;
-use oci_client::manifest::OciImageManifest;
+use oci_client::manifest::{OciImageIndex, OciImageManifest, OCI_IMAGE_INDEX_MEDIA_TYPE};
 use oci_client::{Client, Reference};
 use p256::ecdsa::signature::Verifier;
 use p256::ecdsa::{Signature, VerifyingKey};
@@ -123,7 +123,7 @@ pub async fn verify(
     keys: &[PublicKey],
 ) -> Result<Signed, OciError> {
     let image = target(reference, access)?;
-    let client = client(access);
+    let client = client(access, reference)?;
     let mut seen = Vec::new();
     match signature_tag(&client, &image, manifest_digest, access, keys, reference).await {
         Ok(Some(signed)) => return Ok(signed),
@@ -252,12 +252,7 @@ async fn bundles(
     keys: &[PublicKey],
     reference: &str,
 ) -> Result<Option<Signed>, String> {
-    let subject = sibling(image, None, Some(manifest_digest.to_owned()));
-    // Registries without the referrers API keep the index under tag
-    // sha256-<hex>; oci-client falls back to it, and answers an empty
-    // index when neither is there.
-    let index = client
-        .pull_referrers(&subject, Some(BUNDLE))
+    let index = referrers(client, image, manifest_digest, access, reference)
         .await
         .map_err(|e| format!("referrers: {e}"))?;
     if index.manifests.is_empty() {
@@ -287,6 +282,50 @@ async fn bundles(
         }
     }
     Err(format!("referrers: {}", summary(problems)))
+}
+
+/// The referrers of `manifest_digest` that are Sigstore bundles: from the
+/// referrers API, or where registries without it keep them (the index
+/// under tag `sha256-<hex>`); none if neither is there.
+async fn referrers(
+    client: &Client,
+    image: &Reference,
+    manifest_digest: &str,
+    access: &Access,
+    reference: &str,
+) -> Result<OciImageIndex, OciError> {
+    let api = format!("referrers/{manifest_digest}?artifactType={BUNDLE}");
+    let fallback = format!("manifests/{}", manifest_digest.replace(':', "-"));
+    let mut body = None;
+    for tail in [api, fallback] {
+        body = super::capped::get(
+            client,
+            image,
+            access,
+            &tail,
+            &[OCI_IMAGE_INDEX_MEDIA_TYPE],
+            reference,
+        )
+        .await?;
+        if body.is_some() {
+            break;
+        }
+    }
+    let Some(body) = body else {
+        return Ok(OciImageIndex {
+            schema_version: 2,
+            media_type: None,
+            manifests: Vec::new(),
+            artifact_type: None,
+            annotations: None,
+        });
+    };
+    serde_json::from_slice(&body.bytes).map_err(|e| {
+        refused(
+            reference,
+            format!("its referrers are not an image index: {e}"),
+        )
+    })
 }
 
 /// The key that signed `bundle`'s DSSE envelope, if its in-toto statement
