@@ -367,24 +367,36 @@ async fn host_of(
     std::sync::Arc<wasmprov::registry::PluginRegistry>,
     tempfile::TempDir,
 ) {
-    use wasmprov::delivery;
-    let dir = tempfile::tempdir().unwrap();
-    let policy = dir.path().join("policy.yaml");
-    std::fs::write(
-        &policy,
-        format!(
+    host_with(
+        &format!(
             "plugins:\n  hostpath:\n    image: {{reference: {reference}, pollInterval: 1s}}\n\
              registries:\n{registries}"
         ),
+        cache,
     )
-    .unwrap();
+    .await
+}
+
+/// A host whose sandbox policy is `policy` (YAML), keeping what it pulls
+/// in `cache`.
+async fn host_with(
+    policy: &str,
+    cache: &std::path::Path,
+) -> (
+    std::sync::Arc<wasmprov::registry::PluginRegistry>,
+    tempfile::TempDir,
+) {
+    use wasmprov::delivery;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("policy.yaml");
+    std::fs::write(&file, policy).unwrap();
     let runtime = wasmprov::runtime::Runtime::new(wasmprov::runtime::RuntimeConfig {
         cache_dir: Some(cache.to_owned()),
         ..Default::default()
     })
     .unwrap();
     let sources = delivery::Sources {
-        policy: Some(&policy),
+        policy: Some(&file),
         ..Default::default()
     };
     let registry = delivery::serve(
@@ -923,4 +935,87 @@ async fn a_manifest_larger_than_allowed_is_not_read() {
         let sent = sent.load(Ordering::Relaxed);
         assert!(sent < 16 << 20, "announced: {announce}; sent {sent} bytes");
     }
+}
+
+/// What a user of a published plugin sees: claims bind through the version
+/// the tag names, and through the next one once the tag moves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_bind_through_a_plugin_pulled_from_a_registry() {
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    use k8s_openapi::api::storage::v1::StorageClass;
+    use kube::api::{Api, PostParams};
+    let registry = Registry::start();
+    let v1 = std::fs::read(rust_plugin_path("hostpath")).unwrap();
+    let v2 = support::variant(&v1, "published-v2");
+    let reference = registry.reference("plugins/hostpath:stable");
+    oci::push(&reference, "hostpath", &v1, &plain())
+        .await
+        .unwrap();
+    let volumes = tempfile::tempdir().unwrap();
+    let dir = volumes.path().display();
+    let cache = tempfile::tempdir().unwrap();
+    let (host, _policy) = host_with(
+        &format!(
+            "plugins:\n  hostpath:\n    image: {{reference: {reference}, pollInterval: 1s}}\n    \
+             preopens: [{{host: {dir}, guest: /volumes, mode: read-write}}]\n    \
+             output: {{sources: [hostPath], paths: [{dir}]}}\n    recordParameters: [hostRoot]\n\
+             registries:\n{}",
+            plain_http(&registry)
+        ),
+        cache.path(),
+    )
+    .await;
+
+    let sim = kube_sim::Simulator::start(kube_sim::Config::default())
+        .await
+        .unwrap();
+    let client = sim.client().unwrap();
+    let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(wasmprov::lifecycle::run(
+        client.clone(),
+        host.clone(),
+        wasmprov::lifecycle::Config::new("wasmprov.io/host"),
+        std::sync::Arc::new(wasmprov::metrics::Metrics::default()),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let mut class = support::class(
+        "published",
+        &[("plugin", "hostpath"), ("hostRoot", &dir.to_string())],
+    );
+    class.volume_binding_mode = Some("Immediate".into());
+    Api::<StorageClass>::all(client.clone())
+        .create(&PostParams::default(), &class)
+        .await
+        .unwrap();
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
+    let volumes_api: Api<PersistentVolume> = Api::all(client.clone());
+    let bound_by = |name: &'static str| {
+        let (claims, volumes_api) = (claims.clone(), volumes_api.clone());
+        async move {
+            let mut claim = support::claim(name, "1Mi");
+            claim.metadata.uid = None;
+            claim.spec.as_mut().unwrap().storage_class_name = Some("published".into());
+            claims.create(&PostParams::default(), &claim).await.unwrap();
+            support::eventually(&format!("claim {name} to bind"), || async {
+                let claim = claims.get(name).await.ok()?;
+                let volume = claim.spec?.volume_name?;
+                let volume = volumes_api.get(&volume).await.ok()?;
+                volume
+                    .metadata
+                    .annotations?
+                    .get("wasmprov.io/plugin-digest")
+                    .cloned()
+            })
+            .await
+        }
+    };
+    assert_eq!(bound_by("first").await, oci::digest(&v1));
+
+    oci::push(&reference, "hostpath", &v2, &plain())
+        .await
+        .unwrap();
+    serving(&host, &oci::digest(&v2), "the moved tag's version").await;
+    assert_eq!(bound_by("second").await, oci::digest(&v2));
 }
