@@ -294,7 +294,11 @@ async fn referrers(
     access: &Access,
     reference: &str,
 ) -> Result<OciImageIndex, OciError> {
-    let api = format!("referrers/{manifest_digest}?artifactType={BUNDLE}");
+    // A `+` in a query is a space to many servers.
+    let api = format!(
+        "referrers/{manifest_digest}?artifactType={}",
+        BUNDLE.replace('+', "%2B")
+    );
     let fallback = format!("manifests/{}", manifest_digest.replace(':', "-"));
     let mut body = None;
     for tail in [api, fallback] {
