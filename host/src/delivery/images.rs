@@ -242,35 +242,41 @@ async fn signature(
     if keys.is_empty() {
         return Ok(None);
     }
-    let mut failures = Vec::new();
-    for endpoint in endpoints {
-        let found = match &endpoint.access {
-            Ok(access) => oci::signature::verify(&image.reference, digest, access, &keys)
-                .await
-                .map_err(|e| e.to_string()),
-            Err(e) => Err(e.clone()),
-        };
-        match found {
-            Ok(signed) => return Ok(Some(signed)),
-            Err(e) => failures.push(describe(endpoint, image, e)),
-        }
-    }
-    Err(failures.join("; "))
+    first_answer(image, endpoints, |access| async {
+        oci::signature::verify(&image.reference, digest, access, &keys).await
+    })
+    .await
+    .map(Some)
 }
 
 /// Asks each endpoint in turn what `image` names now; the first answer
-/// counts. The error says what each one said.
+/// counts.
 async fn resolve(image: &ImageSource, endpoints: &[Endpoint]) -> Result<String, String> {
+    first_answer(image, endpoints, |access| {
+        oci::resolve(&image.reference, access)
+    })
+    .await
+}
+
+/// Asks `ask` of each endpoint in turn (mirrors first); the first answer
+/// counts. The error says what each one said.
+async fn first_answer<'a, T, F, Fut>(
+    image: &ImageSource,
+    endpoints: &'a [Endpoint],
+    ask: F,
+) -> Result<T, String>
+where
+    F: Fn(&'a Access) -> Fut,
+    Fut: std::future::Future<Output = Result<T, oci::OciError>>,
+{
     let mut failures = Vec::new();
     for endpoint in endpoints {
         let answer = match &endpoint.access {
-            Ok(access) => oci::resolve(&image.reference, access)
-                .await
-                .map_err(|e| e.to_string()),
+            Ok(access) => ask(access).await.map_err(|e| e.to_string()),
             Err(e) => Err(e.clone()),
         };
         match answer {
-            Ok(digest) => return Ok(digest),
+            Ok(answer) => return Ok(answer),
             Err(e) => failures.push(describe(endpoint, image, e)),
         }
     }
@@ -343,27 +349,16 @@ async fn load(
         }
     }
     let pinned = oci::pinned(&image.reference, digest).map_err(|e| e.to_string())?;
-    let mut failures = Vec::new();
-    for endpoint in endpoints {
-        let pulled = match &endpoint.access {
-            Ok(access) => oci::pull(&pinned, access, Limits::default())
-                .await
-                .map_err(|e| e.to_string()),
-            Err(e) => Err(e.clone()),
-        };
-        match pulled {
-            Ok(pulled) => {
-                if let Some(dir) = cache {
-                    if let Err(e) = keep(dir, &component_file(dir, digest), &pulled.component) {
-                        tracing::warn!(reference = %image.reference, "cannot keep the pulled plugin in {}: {e}; a restart while the registry is down will not find it", dir.display());
-                    }
-                }
-                return Ok(pulled.component);
-            }
-            Err(e) => failures.push(describe(endpoint, image, e)),
+    let pulled = first_answer(image, endpoints, |access| {
+        oci::pull(&pinned, access, Limits::default())
+    })
+    .await?;
+    if let Some(dir) = cache {
+        if let Err(e) = keep(dir, &component_file(dir, digest), &pulled.component) {
+            tracing::warn!(reference = %image.reference, "cannot keep the pulled plugin in {}: {e}; a restart while the registry is down will not find it", dir.display());
         }
     }
-    Err(failures.join("; "))
+    Ok(pulled.component)
 }
 
 fn component_file(cache: &Path, digest: &str) -> PathBuf {

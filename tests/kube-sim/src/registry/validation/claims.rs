@@ -80,52 +80,43 @@ pub fn positive(path: &str, quantity: &Value, errs: &mut Vec<String>) {
 }
 
 fn update(obj: &Value, old: &Value, errs: &mut Vec<String>) {
-    let bound = objects::path_str(old, "status.phase") == Some("Bound");
-    let strip = |v: &Value, from_old: bool| {
-        let mut spec = v.get("spec").cloned().unwrap_or(Value::Null);
-        if let Some(m) = spec.as_object_mut() {
-            if bound {
-                m.remove("volumeAttributesClassName");
-                if let Some(r) = m.get_mut("resources").and_then(Value::as_object_mut) {
-                    if let Some(req) = r.get_mut("requests").and_then(Value::as_object_mut) {
-                        req.remove("storage");
-                    }
-                }
-            }
-            // Binding may fill in an empty volumeName, and a class may be
-            // given to a claim that had none.
-            if from_old {
-                for once in ["volumeName", "storageClassName"] {
-                    if m.get(once)
-                        .and_then(Value::as_str)
-                        .is_none_or(str::is_empty)
-                    {
-                        m.remove(once);
-                    }
-                }
-            }
-        }
-        spec
+    let spec = |v: &Value| {
+        v.get("spec")
+            .cloned()
+            .unwrap_or_else(|| Value::Object(Default::default()))
     };
-    let (mut before, mut after) = (strip(old, true), strip(obj, false));
-    for once in ["volumeName", "storageClassName"] {
-        if before.get(once).is_none() {
-            if let Some(m) = after.as_object_mut() {
+    let (mut before, mut after) = (spec(old), spec(obj));
+    let bound = objects::path_str(old, "status.phase") == Some("Bound");
+    for each in [&mut before, &mut after] {
+        let Some(m) = each.as_object_mut() else {
+            continue;
+        };
+        // Set once: binding fills in volumeName, a class may be given to
+        // a claim that had none.
+        for once in ["volumeName", "storageClassName"] {
+            if old["spec"][once].as_str().is_none_or(str::is_empty) {
                 m.remove(once);
             }
         }
-    }
-    if let Some(m) = before.as_object_mut() {
-        m.retain(|_, v| !v.is_null());
-    }
-    if let Some(m) = after.as_object_mut() {
+        // A bound claim may be resized, and change its attributes class.
+        if bound {
+            m.remove("volumeAttributesClassName");
+            if let Some(requests) = m
+                .get_mut("resources")
+                .and_then(|r| r.get_mut("requests"))
+                .and_then(Value::as_object_mut)
+            {
+                requests.remove("storage");
+            }
+        }
         m.retain(|_, v| !v.is_null());
     }
     if before != after {
         errs.push(field::forbidden(
             "spec",
             "spec is immutable after creation except resources.requests and \
-             volumeAttributesClassName for bound claims\n(the real API server shows a diff of the spec here; the simulator does not)",
+             volumeAttributesClassName for bound claims\n(the real API server shows a diff of \
+             the spec here; the simulator does not)",
         ));
     }
     volume_mode_kept(obj, old, errs);
