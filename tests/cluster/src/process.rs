@@ -152,7 +152,10 @@ impl Drop for Component {
     }
 }
 
-/// The last `lines` lines of a log file (at most its last 64 KiB).
+/// What a failure report shows of a log: its last error line first (a report
+/// shown cut short, as CI shows a panic, still names the cause), a warning
+/// when the log's disk is nearly full (a component that cannot write its
+/// data exits at once), then the last `lines` lines (of its last 64 KiB).
 pub fn log_tail(path: &Path, lines: usize) -> String {
     let mut text = String::new();
     if let Ok(mut file) = File::open(path) {
@@ -163,5 +166,92 @@ pub fn log_tail(path: &Path, lines: usize) -> String {
         text = String::from_utf8_lossy(&bytes).into_owned();
     }
     let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
+    let mut excerpt = String::new();
+    if let Some(error) = all.iter().rev().find(|l| is_error_line(l)) {
+        excerpt += &format!("(last error line: {error})\n");
+    }
+    if let Some(free) = free_bytes(path).filter(|&free| free < LOW_DISK) {
+        excerpt += &format!(
+            "(only {} MiB free on the disk of {})\n",
+            free >> 20,
+            path.display()
+        );
+    }
+    excerpt + &all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// Below this, a failure report says how little disk was left.
+const LOW_DISK: u64 = 2 << 30;
+
+/// An error in the log formats the components write: JSON (etcd,
+/// containerd's `level=`), klog (`E1207 …`, `F1207 …`) and Go panics.
+fn is_error_line(line: &str) -> bool {
+    let klog = line.len() > 5
+        && matches!(line.as_bytes()[0], b'E' | b'F')
+        && line.as_bytes()[1..5].iter().all(u8::is_ascii_digit);
+    klog || [
+        "\"level\":\"error\"",
+        "\"level\":\"fatal\"",
+        "\"level\":\"panic\"",
+        "level=error",
+        "level=fatal",
+        "panic:",
+    ]
+    .iter()
+    .any(|marker| line.contains(marker))
+}
+
+/// Free bytes on the filesystem holding `path` (for an unprivileged user).
+fn free_bytes(path: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = path.parent()?;
+    let c_path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut stats = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: statvfs fills the struct it is given, and reads a C string.
+    if unsafe { libc::statvfs(c_path.as_ptr(), stats.as_mut_ptr()) } != 0 {
+        return None;
+    }
+    // SAFETY: statvfs returned 0, so it filled the struct.
+    let stats = unsafe { stats.assume_init() };
+    Some(stats.f_bavail as u64 * stats.f_frsize as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_last_error_line_leads_the_excerpt() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("etcd.log");
+        std::fs::write(
+            &log,
+            "{\"level\":\"warn\",\"msg\":\"default name\"}\n\
+             {\"level\":\"fatal\",\"msg\":\"listener failed\",\"error\":\"bind: address already in use\"}\n\
+             {\"level\":\"warn\",\"msg\":\"closing\"}\n",
+        )
+        .unwrap();
+        let excerpt = log_tail(&log, 1);
+        assert!(
+            excerpt
+                .starts_with("(last error line: {\"level\":\"fatal\",\"msg\":\"listener failed\""),
+            "{excerpt}"
+        );
+        assert!(
+            excerpt.ends_with("{\"level\":\"warn\",\"msg\":\"closing\"}"),
+            "{excerpt}"
+        );
+    }
+
+    #[test]
+    fn klog_errors_are_found_and_infos_are_not() {
+        assert!(is_error_line(
+            "E1207 21:34:47.18 1 server.go:12] failed to listen"
+        ));
+        assert!(is_error_line("F1207 21:34:47.18 1 server.go:12] fatal"));
+        assert!(!is_error_line(
+            "I1207 21:34:47.18 1 server.go:12] Error-free"
+        ));
+        assert!(!is_error_line("Every node is ready"));
+    }
 }
