@@ -29,7 +29,6 @@ use wasmprov::policy::PolicySet;
 use wasmprov::provisioner::{
     DeleteError, PluginInfo, ProvisionError, ProvisionOptions, Provisioner,
 };
-use wasmprov::registry::PluginRegistry;
 use wasmprov::runtime::{Runtime, RuntimeConfig};
 #[path = "common/native.rs"]
 mod native;
@@ -193,10 +192,14 @@ async fn run(backend: Backend, claim_finalizer: bool) -> Outcome {
             );
             let policies = PolicySet::parse(&policy, Path::new("policy.yaml")).unwrap();
             let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
-            let registry =
-                PluginRegistry::load_dir(Arc::new(runtime), dir.path(), &policies, metrics.clone())
-                    .await
-                    .unwrap();
+            let registry = wasmprov::delivery::load_dir(
+                Arc::new(runtime),
+                dir.path(),
+                &policies,
+                metrics.clone(),
+            )
+            .await
+            .unwrap();
             tokio::spawn(lifecycle::run(
                 client.clone(),
                 Arc::new(Counted {

@@ -462,19 +462,6 @@ impl PluginRegistry {
         Ok(())
     }
 
-    /// A registry loaded once from `dir`, without watching it (tests, benchmarks).
-    pub async fn load_dir(
-        runtime: Arc<Runtime>,
-        dir: &std::path::Path,
-        policies: &PolicySet,
-        metrics: Arc<Metrics>,
-    ) -> std::io::Result<Self> {
-        let mut plugins = crate::delivery::PluginDir::new(dir);
-        let registry = Self::new(runtime, policies.clone(), metrics, plugins.describe());
-        plugins.sync(&registry).await?;
-        Ok(registry)
-    }
-
     /// The version serving new provisions of `plugin`.
     fn serving_version(&self, plugin: &str) -> Result<Arc<WasmProvisioner>, String> {
         let state = self.state.read().expect("registry lock");

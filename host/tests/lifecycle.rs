@@ -22,7 +22,6 @@ use support::*;
 use wasmprov::lifecycle;
 use wasmprov::metrics::Metrics;
 use wasmprov::policy::PolicySet;
-use wasmprov::registry::PluginRegistry;
 use wasmprov::runtime::{Runtime, RuntimeConfig};
 
 const PROVISIONER: &str = "wasmprov.io/host";
@@ -505,7 +504,7 @@ async fn host(
     })
     .unwrap();
     let registry =
-        PluginRegistry::load_dir(Arc::new(runtime), plugins_dir, &policies, metrics.clone())
+        wasmprov::delivery::load_dir(Arc::new(runtime), plugins_dir, &policies, metrics.clone())
             .await
             .unwrap();
     let mut config = lifecycle::Config::new(PROVISIONER);

@@ -20,7 +20,6 @@ use support::*;
 use wasmprov::lifecycle::{self, OwnNode};
 use wasmprov::metrics::Metrics;
 use wasmprov::policy::{PolicySet, RunsOn};
-use wasmprov::registry::PluginRegistry;
 
 #[path = "node_mode/capacity.rs"]
 mod capacity;
@@ -101,10 +100,14 @@ impl Host {
         )
         .unwrap();
         let metrics = Arc::new(Metrics::default());
-        let registry =
-            PluginRegistry::load_dir(cached_runtime(), plugins.path(), &policies, metrics.clone())
-                .await
-                .unwrap();
+        let registry = wasmprov::delivery::load_dir(
+            cached_runtime(),
+            plugins.path(),
+            &policies,
+            metrics.clone(),
+        )
+        .await
+        .unwrap();
         let mut config = lifecycle::Config::new(provisioner);
         if let Some(name) = node {
             config.node = Some(OwnNode::lookup(&client, name).await.unwrap());
@@ -927,10 +930,14 @@ async fn each_side_loads_only_the_plugins_the_policy_gives_it() {
         ),
     ] {
         let policies = PolicySet::parse_for(&policy, Path::new("policy.yaml"), side).unwrap();
-        let registry =
-            PluginRegistry::load_dir(cached_runtime(), plugins.path(), &policies, Arc::default())
-                .await
-                .unwrap();
+        let registry = wasmprov::delivery::load_dir(
+            cached_runtime(),
+            plugins.path(),
+            &policies,
+            Arc::default(),
+        )
+        .await
+        .unwrap();
         assert!(registry.plugin(serves).is_ok(), "{side:?} serves {serves}");
         let refusal = registry.plugin(not_here).unwrap_err();
         assert!(refusal.contains(why), "{side:?}: {refusal}");

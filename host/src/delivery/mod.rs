@@ -31,6 +31,20 @@ use crate::policy::{PolicySet, RunsOn};
 use crate::registry::PluginRegistry;
 use crate::runtime::Runtime;
 
+/// A registry loaded once from the plugin files in `dir`, without watching
+/// it (tests, benchmarks).
+pub async fn load_dir(
+    runtime: Arc<Runtime>,
+    dir: &Path,
+    policies: &PolicySet,
+    metrics: Arc<Metrics>,
+) -> std::io::Result<PluginRegistry> {
+    let mut plugins = PluginDir::new(dir);
+    let registry = PluginRegistry::new(runtime, policies.clone(), metrics, plugins.describe());
+    plugins.sync(&registry).await?;
+    Ok(registry)
+}
+
 /// Where a host's plugins come from.
 #[derive(Default)]
 pub struct Sources<'a> {
