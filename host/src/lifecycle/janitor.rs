@@ -16,8 +16,8 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 
-use super::claims::{release, unselect_node};
-use super::decide::{self, keys, VolumeDecision};
+use super::claims::{release, reschedule};
+use super::decide::{self, keys, ClaimFacts, VolumeDecision};
 use super::finalizers;
 use super::nodes;
 use super::reasons::{PROVISIONING, PROVISIONING_FAILED, VOLUME_NODE_GONE};
@@ -35,10 +35,8 @@ const NODE_RECHECK: Duration = Duration::from_secs(30);
 pub const FORGET_ANNOTATION: &str = "wasmprov.io/forget-when-node-gone";
 
 /// Looks after a claim handed to the node hosts that no node host takes.
-pub(super) async fn claim<P>(
-    claim: &PersistentVolumeClaim,
-    ctx: &Context<P>,
-) -> Result<Action, Error> {
+pub(super) async fn claim<P>(facts: &ClaimFacts<'_>, ctx: &Context<P>) -> Result<Action, Error> {
+    let claim = facts.claim;
     let bound = claim
         .spec
         .as_ref()
@@ -46,20 +44,19 @@ pub(super) async fn claim<P>(
         .is_some_and(|v| !v.is_empty());
     let deleting = claim.metadata.deletion_timestamp.is_some();
     if deleting && held(claim) {
-        return deleted_and_held(claim, bound, ctx).await;
+        return deleted_and_held(facts, bound, ctx).await;
     }
     if bound || deleting {
         return Ok(Action::await_change());
     }
-    let reference = claim.object_ref(&());
-    let Some(node) = decide::selected_node(claim) else {
-        let class_name = decide::claim_class(claim);
+    let reference = &facts.reference;
+    let Some(node) = facts.selected_node else {
+        let class_name = facts.class;
         let Some(class) = ctx.classes.get(&ObjectRef::new(class_name)) else {
             return Ok(Action::await_change());
         };
         let immediate = class.volume_binding_mode.as_deref() != Some("WaitForFirstConsumer");
-        let uid = claim.uid().unwrap_or_default();
-        if immediate && lock(&ctx.janitor_warned).insert(uid) {
+        if immediate && lock(&ctx.janitor_warned).insert(facts.uid.clone()) {
             let message = format!(
                 "StorageClass {class_name} binds Immediately (no volumeBindingMode: \
                  WaitForFirstConsumer), but it is served by node hosts ({}), which make storage \
@@ -69,7 +66,7 @@ pub(super) async fn claim<P>(
                 ctx.config.names.primary
             );
             ctx.events
-                .warning(&reference, PROVISIONING_FAILED, "Provisioning", message);
+                .warning(reference, PROVISIONING_FAILED, "Provisioning", message);
         }
         return Ok(Action::await_change());
     };
@@ -78,8 +75,8 @@ pub(super) async fn claim<P>(
         .await?
         .is_some()
     {
-        let uid = claim.uid().unwrap_or_default();
-        if host_missing(node, ctx).await? && lock(&ctx.janitor_warned).insert(format!("host/{uid}"))
+        if host_missing(node, ctx).await?
+            && lock(&ctx.janitor_warned).insert(format!("host/{}", facts.uid))
         {
             let lease = crate::leader::node_lease_name(&ctx.config.names.primary, node);
             let message = format!(
@@ -92,8 +89,8 @@ pub(super) async fn claim<P>(
                 ctx.config.node_lease_namespace,
             );
             ctx.events
-                .warning(&reference, PROVISIONING_FAILED, "Provisioning", message);
-            tracing::warn!(claim = %reference.name.as_deref().unwrap_or_default(), node, "no node host runs on the claim's selected node");
+                .warning(reference, PROVISIONING_FAILED, "Provisioning", message);
+            tracing::warn!(claim = %facts.key, node, "no node host runs on the claim's selected node");
         }
         return Ok(Action::requeue(
             NODE_RECHECK.min(ctx.config.missing_host_grace),
@@ -104,9 +101,7 @@ pub(super) async fn claim<P>(
          one (annotation {} removed)",
         keys::SELECTED_NODE
     );
-    ctx.events
-        .warning(&reference, PROVISIONING_FAILED, "Provisioning", message);
-    unselect_node(claim, ctx).await?;
+    reschedule(facts, ctx, message).await?;
     // What that node's host may have begun for it went with the node: the
     // host of the node chosen next holds the claim again while it works.
     if held(claim) {
@@ -134,12 +129,12 @@ fn held(claim: &PersistentVolumeClaim) -> bool {
 /// the node that is gone. A bound claim is also let go when its node's host
 /// has been missing for the grace period (its volume is saved either way).
 async fn deleted_and_held<P>(
-    claim: &PersistentVolumeClaim,
+    facts: &ClaimFacts<'_>,
     bound: bool,
     ctx: &Context<P>,
 ) -> Result<Action, Error> {
+    let (claim, node) = (facts.claim, facts.selected_node);
     let recheck = Action::requeue(NODE_RECHECK.min(ctx.config.missing_host_grace));
-    let node = decide::selected_node(claim);
     let gone = match node {
         Some(node) => Api::<Node>::all(ctx.client.clone())
             .get_opt(node)
@@ -159,15 +154,11 @@ async fn deleted_and_held<P>(
             node.unwrap_or("(none)"),
             keys::CLAIM_FINALIZER
         );
-        ctx.events.normal(
-            &claim.object_ref(&()),
-            PROVISIONING,
-            "Provisioning",
-            message,
-        );
+        ctx.events
+            .normal(&facts.reference, PROVISIONING, "Provisioning", message);
     }
     release(claim, ctx).await?;
-    tracing::info!(claim = %claim.name_any(), node, bound, "let go of a deleted claim its node's host could not");
+    tracing::info!(claim = %facts.key, node, bound, "let go of a deleted claim its node's host could not");
     Ok(Action::await_change())
 }
 

@@ -12,12 +12,10 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{
     Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, PersistentVolume,
-    PersistentVolumeClaim, VolumeNodeAffinity,
+    VolumeNodeAffinity,
 };
 use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
-
-use super::decide;
 
 /// The label the scheduler and kubelet know a node by in volume affinity.
 pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
@@ -102,12 +100,12 @@ impl OwnNode {
     }
 }
 
-/// Whether a claim handed to us is this host's to act on: every claim for
-/// a central host (`own` is `None`), only those whose selected node is its
-/// own for a node host. Decided from the claim alone, so other nodes'
-/// claims cost no request.
-pub fn claim_is_here(claim: &PersistentVolumeClaim, own: Option<&OwnNode>) -> bool {
-    own.is_none_or(|own| decide::selected_node(claim) == Some(own.name.as_str()))
+/// Whether a claim handed to us, with this selected node, is this host's
+/// to act on: every claim for a central host (`own` is `None`), only those
+/// whose selected node is its own for a node host. Decided from the claim
+/// alone, so other nodes' claims cost no request.
+pub fn claim_is_here(selected_node: Option<&str>, own: Option<&OwnNode>) -> bool {
+    own.is_none_or(|own| selected_node == Some(own.name.as_str()))
 }
 
 /// Whether a volume is this host's to delete, grow or finalize: every
@@ -222,8 +220,9 @@ impl NodeCount {
 
 #[cfg(test)]
 mod tests {
+    use super::super::decide;
     use super::*;
-    use k8s_openapi::api::core::v1::PersistentVolumeSpec;
+    use k8s_openapi::api::core::v1::{PersistentVolumeClaim, PersistentVolumeSpec};
 
     fn own() -> OwnNode {
         OwnNode {
@@ -260,12 +259,13 @@ mod tests {
     #[test]
     fn a_node_host_serves_only_claims_selected_for_its_node() {
         let own = own();
-        assert!(claim_is_here(&claim(Some("n1")), Some(&own)));
+        let here = |selected, own| claim_is_here(decide::selected_node(&claim(selected)), own);
+        assert!(here(Some("n1"), Some(&own)));
         for other in [Some("n2"), Some("host-1"), Some(""), None] {
-            assert!(!claim_is_here(&claim(other), Some(&own)), "{other:?}");
+            assert!(!here(other, Some(&own)), "{other:?}");
         }
         for any in [Some("n2"), None] {
-            assert!(claim_is_here(&claim(any), None), "central: {any:?}");
+            assert!(here(any, None), "central: {any:?}");
         }
     }
 

@@ -1,43 +1,12 @@
-//! The lifecycle's decisions as pure functions of an object and a snapshot of
-//! what they depend on, so every rule is tested by table (the Go library's
-//! `shouldProvision` and `shouldDelete`).
+//! What to do with a claim (the Go library's `shouldProvision`), and the
+//! facts of a claim it is decided from.
 
-use std::collections::BTreeMap;
-
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
+use kube::Resource;
 
-use crate::provisioner::{annotations, PluginInfo, PLUGIN_PARAMETER};
-
-/// Annotations the Kubernetes PV controller and scheduler set on claims.
-pub mod keys {
-    pub const STORAGE_PROVISIONER: &str = "volume.kubernetes.io/storage-provisioner";
-    pub const STORAGE_PROVISIONER_BETA: &str = "volume.beta.kubernetes.io/storage-provisioner";
-    pub const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
-    /// The claim's class before `spec.storageClassName` (still honoured,
-    /// first, by the PV controller and the Go library).
-    pub const STORAGE_CLASS_BETA: &str = "volume.beta.kubernetes.io/storage-class";
-    /// The finalizer the Go library adds to provisioned volumes (`AddFinalizer`).
-    pub const PV_FINALIZER: &str = "external-provisioner.volume.kubernetes.io/finalizer";
-    /// Ours, on a claim from just before its plugin is asked for storage
-    /// until that storage is saved as a volume or known not to exist
-    /// (`--claim-finalizer`): a claim deleted meanwhile, even while the host
-    /// is down, is held until its storage is removed.
-    pub const CLAIM_FINALIZER: &str = "wasmprov.io/provisioning";
-}
-
-/// The provisioner names this host answers to.
-#[derive(Debug, Clone)]
-pub struct Names {
-    pub primary: String,
-    pub additional: Vec<String>,
-}
-
-impl Names {
-    pub fn contains(&self, name: &str) -> bool {
-        self.primary == name || self.additional.iter().any(|n| n == name)
-    }
-}
+use super::{keys, Names};
+use crate::provisioner::{PluginInfo, PLUGIN_PARAMETER};
 
 /// What to do with a claim.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,6 +27,42 @@ pub enum ClaimDecision {
     /// Deleted while provisioning may have made storage (our claim finalizer
     /// holds it): finish with this plugin, remove the storage, let it go.
     FinishDeleted { plugin: String },
+}
+
+/// What the lifecycle reads off a claim: read once when the claim comes in
+/// and passed on, rather than derived again by each step on its way.
+#[derive(Debug, Clone)]
+pub struct ClaimFacts<'a> {
+    pub claim: &'a PersistentVolumeClaim,
+    /// `namespace/name`, as logs and messages name it.
+    pub key: String,
+    pub uid: String,
+    /// What its events are reported on.
+    pub reference: ObjectReference,
+    /// Its StorageClass's name ([`claim_class`]); empty for none.
+    pub class: &'a str,
+    /// The node the scheduler selected ([`selected_node`]).
+    pub selected_node: Option<&'a str>,
+    /// Whether the PV controller handed it to one of our names ([`is_ours`]).
+    pub ours: bool,
+}
+
+impl<'a> ClaimFacts<'a> {
+    pub fn read(claim: &'a PersistentVolumeClaim, names: &Names) -> Self {
+        ClaimFacts {
+            claim,
+            key: format!(
+                "{}/{}",
+                claim.metadata.namespace.as_deref().unwrap_or_default(),
+                claim.metadata.name.as_deref().unwrap_or_default()
+            ),
+            uid: claim.metadata.uid.clone().unwrap_or_default(),
+            reference: claim.object_ref(&()),
+            class: claim_class(claim),
+            selected_node: selected_node(claim),
+            ours: is_ours(claim, names),
+        }
+    }
 }
 
 /// The node the scheduler selected for the claim; an empty annotation is
@@ -102,15 +107,16 @@ pub fn is_ours(claim: &PersistentVolumeClaim, names: &Names) -> bool {
 /// Decides what to do with a claim. `class` is the claim's StorageClass if it
 /// exists; `plugin` looks up a plugin by name.
 pub fn claim(
-    claim: &PersistentVolumeClaim,
+    facts: &ClaimFacts,
     class: Option<&StorageClass>,
     names: &Names,
     plugin: impl Fn(&str) -> Result<PluginInfo, String>,
 ) -> ClaimDecision {
+    let claim = facts.claim;
     let spec = claim.spec.as_ref();
     // Another wasmprov host (another provisioner name) uses the same claim
     // finalizer: the annotation says whose claim it is, always.
-    if !is_ours(claim, names) {
+    if !facts.ours {
         return ClaimDecision::Ignore;
     }
     let held = claim
@@ -133,7 +139,7 @@ pub fn claim(
     if deleting && !held {
         return ClaimDecision::Ignore;
     }
-    let class_name = claim_class(claim);
+    let class_name = facts.class;
     let refuse = |message: String| {
         ClaimDecision::Refuse(if deleting {
             format!(
@@ -187,7 +193,7 @@ pub fn claim(
         ));
     }
     if class.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer")
-        && selected_node(claim).is_none()
+        && facts.selected_node.is_none()
     {
         return ClaimDecision::WaitForNode;
     }
@@ -197,150 +203,11 @@ pub fn claim(
     }
 }
 
-/// What to do with a PersistentVolume.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum VolumeDecision {
-    Ignore,
-    /// Delete its storage with this plugin, then the volume itself. No
-    /// plugin: a volume no plugin of ours made (a replaced provisioner's),
-    /// to route with [`adoption`].
-    Delete {
-        plugin: Option<String>,
-    },
-    /// Ours, reclaimed by deletion, and `--add-finalizer` is on: hold the
-    /// object with our finalizer (a volume made before it was turned on).
-    AddFinalizer,
-    /// Our finalizer guards nothing here (a Retain or Recycle volume, or
-    /// `--add-finalizer` turned off): remove it, or deleting the object
-    /// would wait for ever.
-    RemoveFinalizer,
-}
-
-/// Decides what to do with a volume, on every sync as the Go library does.
-/// Its storage is deleted when it is one we provisioned, with reclaim
-/// policy Delete, once it is Released. A volume object already being
-/// deleted is only handled while it carries our finalizer (otherwise it may
-/// vanish mid-way); a Bound volume's storage is never deleted, even when
-/// someone deletes its object (the Go library's `shouldDelete`). Our
-/// finalizer is kept exactly on our Delete volumes while `add_finalizer`.
-pub fn volume(pv: &PersistentVolume, names: &Names, add_finalizer: bool) -> VolumeDecision {
-    let ann = pv.metadata.annotations.as_ref();
-    if provisioned_by(pv, names).is_none() {
-        return VolumeDecision::Ignore;
-    }
-    let reclaim_delete = pv
-        .spec
-        .as_ref()
-        .and_then(|s| s.persistent_volume_reclaim_policy.as_deref())
-        == Some("Delete");
-    let released = pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Released");
-    let deleting = pv.metadata.deletion_timestamp.is_some();
-    let has_finalizer = pv
-        .metadata
-        .finalizers
-        .iter()
-        .flatten()
-        .any(|f| f == keys::PV_FINALIZER);
-    if reclaim_delete && released {
-        if deleting && !has_finalizer {
-            return VolumeDecision::Ignore;
-        }
-        return VolumeDecision::Delete {
-            plugin: ann.and_then(|a| a.get(annotations::PLUGIN)).cloned(),
-        };
-    }
-    if has_finalizer && (!reclaim_delete || (!add_finalizer && !deleting)) {
-        return VolumeDecision::RemoveFinalizer;
-    }
-    if add_finalizer && reclaim_delete && !has_finalizer && !deleting {
-        return VolumeDecision::AddFinalizer;
-    }
-    VolumeDecision::Ignore
-}
-
-/// Which of our names the volume was provisioned by, as the Go library's
-/// `shouldDelete` reads it: `pv.kubernetes.io/provisioned-by`, or
-/// `pv.kubernetes.io/migrated-to` for a volume handed over by CSI migration.
-pub fn provisioned_by<'a>(pv: &'a PersistentVolume, names: &Names) -> Option<&'a str> {
-    let ann = pv.metadata.annotations.as_ref()?;
-    [annotations::PROVISIONED_BY, annotations::MIGRATED_TO]
-        .iter()
-        .filter_map(|key| ann.get(*key))
-        .find(|name| names.contains(name))
-        .map(String::as_str)
-}
-
-/// How a volume that no plugin of ours made is deleted: by the plugin of
-/// the class that names it, with that class's parameters.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Adoption {
-    pub plugin: String,
-    /// The class whose plugin and parameters are used.
-    pub class: String,
-    /// The parameters the plugin gets (the class's, without `plugin`).
-    pub parameters: BTreeMap<String, String>,
-}
-
-/// Routes a volume a replaced provisioner made (it carries one of our names
-/// but no `wasmprov.io/plugin`): to its own class when that class names a
-/// plugin (the operator recreated it for this host), else to the class the
-/// operator mapped its provisioner to (`--adopt-volumes NAME=CLASS`). The
-/// error says which of the two to set up.
-pub fn adoption(
-    pv: &PersistentVolume,
-    names: &Names,
-    adopt: &BTreeMap<String, String>,
-    class: impl Fn(&str) -> Option<std::sync::Arc<StorageClass>>,
-) -> Result<Adoption, String> {
-    let name = pv.metadata.name.as_deref().unwrap_or_default();
-    let provisioner = provisioned_by(pv, names).unwrap_or_default();
-    let own = pv
-        .spec
-        .as_ref()
-        .and_then(|s| s.storage_class_name.as_deref())
-        .filter(|c| !c.is_empty());
-    let with_plugin = |class_name: &str| {
-        let class = class(class_name)?;
-        let mut parameters = class.parameters.clone().unwrap_or_default();
-        let plugin = parameters.remove(PLUGIN_PARAMETER)?;
-        Some(Adoption {
-            plugin,
-            class: class_name.to_owned(),
-            parameters,
-        })
-    };
-    if let Some(found) = own.and_then(with_plugin) {
-        return Ok(found);
-    }
-    if let Some(mapped) = adopt.get(provisioner) {
-        return with_plugin(mapped).ok_or_else(|| {
-            format!(
-                "volume {name} was made by {provisioner}, which --adopt-volumes maps to StorageClass {mapped:?}, \
-                 but that class does not exist or has no \"plugin\" parameter; create it with the plugin and \
-                 parameters that can delete this volume's storage"
-            )
-        });
-    }
-    Err(format!(
-        "volume {name} was made by {provisioner} before this host served that name, and no plugin is \
-         known to delete its storage: give its StorageClass {} a \"plugin\" parameter (recreate the \
-         class), or map the provisioner to a class that has one with \
-         --adopt-volumes {provisioner}=<class>",
-        own.map_or_else(|| "(none)".to_owned(), |c| format!("{c:?}"))
-    ))
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::fixtures::{merge, names};
     use super::*;
     use serde_json::json;
-
-    fn names() -> Names {
-        Names {
-            primary: "wasmprov.io/host".into(),
-            additional: vec!["example.com/legacy".into()],
-        }
-    }
 
     fn known(plugin: &str) -> Result<PluginInfo, String> {
         match plugin {
@@ -374,22 +241,6 @@ mod tests {
         });
         merge(&mut base, patch);
         serde_json::from_value(base).unwrap()
-    }
-
-    /// JSON merge patch: objects merge, `null` removes a key.
-    fn merge(base: &mut serde_json::Value, patch: serde_json::Value) {
-        match (base, patch) {
-            (serde_json::Value::Object(b), serde_json::Value::Object(p)) => {
-                for (k, v) in p {
-                    if v.is_null() {
-                        b.remove(&k);
-                    } else {
-                        merge(b.entry(k).or_insert(serde_json::Value::Null), v);
-                    }
-                }
-            }
-            (b, p) => *b = p,
-        }
     }
 
     #[test]
@@ -522,7 +373,12 @@ mod tests {
         ];
         for (case, claim_obj, class, want) in cases {
             assert_eq!(
-                claim(&claim_obj, class.as_ref(), &names(), known),
+                claim(
+                    &ClaimFacts::read(&claim_obj, &names()),
+                    class.as_ref(),
+                    &names(),
+                    known
+                ),
                 want,
                 "{case}"
             );
@@ -615,188 +471,15 @@ mod tests {
         ];
         for (case, claim_obj, class, want) in cases {
             assert_eq!(
-                claim(&claim_obj, class.as_ref(), &names(), known),
+                claim(
+                    &ClaimFacts::read(&claim_obj, &names()),
+                    class.as_ref(),
+                    &names(),
+                    known
+                ),
                 want,
                 "{case}"
             );
-        }
-    }
-
-    fn pv(patch: serde_json::Value) -> PersistentVolume {
-        let mut base = json!({
-            "metadata": {"name": "pvc-u1", "annotations": {
-                "pv.kubernetes.io/provisioned-by": "wasmprov.io/host",
-                "wasmprov.io/plugin": "hostpath"}},
-            "spec": {"persistentVolumeReclaimPolicy": "Delete"},
-            "status": {"phase": "Released"},
-        });
-        merge(&mut base, patch);
-        serde_json::from_value(base).unwrap()
-    }
-
-    #[test]
-    fn a_replaced_provisioners_volume_goes_to_its_class_plugin_or_the_mapped_one() {
-        let class = |name: &str, params: serde_json::Value| -> std::sync::Arc<StorageClass> {
-            std::sync::Arc::new(
-                serde_json::from_value(json!({"metadata": {"name": name},
-                    "provisioner": "example.com/legacy", "parameters": params}))
-                .unwrap(),
-            )
-        };
-        let classes = [
-            class(
-                "recreated",
-                json!({"plugin": "hostpath", "hostRoot": "/srv"}),
-            ),
-            class("go-only", json!({"pvDir": "/srv"})),
-            class(
-                "mapped",
-                json!({"plugin": "hostpath", "hostRoot": "/mapped"}),
-            ),
-        ];
-        let lookup = |n: &str| {
-            classes
-                .iter()
-                .find(|c| c.metadata.name.as_deref() == Some(n))
-                .cloned()
-        };
-        let legacy = |class: &str| {
-            pv(json!({"metadata": {"annotations": {
-                "pv.kubernetes.io/provisioned-by": "example.com/legacy", "wasmprov.io/plugin": null}},
-                "spec": {"storageClassName": class}}))
-        };
-        let none = BTreeMap::new();
-        let map = BTreeMap::from([("example.com/legacy".to_owned(), "mapped".to_owned())]);
-
-        let by_class = adoption(&legacy("recreated"), &names(), &none, lookup).unwrap();
-        assert_eq!(
-            (by_class.plugin.as_str(), by_class.class.as_str()),
-            ("hostpath", "recreated")
-        );
-        assert_eq!(
-            by_class.parameters,
-            BTreeMap::from([("hostRoot".into(), "/srv".into())])
-        );
-        for own in ["go-only", "deleted"] {
-            let mapped = adoption(&legacy(own), &names(), &map, lookup).unwrap();
-            assert_eq!(mapped.class, "mapped", "{own}");
-            let err = adoption(&legacy(own), &names(), &none, lookup).unwrap_err();
-            assert!(
-                err.contains("--adopt-volumes example.com/legacy=<class>"),
-                "{err}"
-            );
-        }
-        let wrong = BTreeMap::from([("example.com/legacy".to_owned(), "go-only".to_owned())]);
-        let err = adoption(&legacy("deleted"), &names(), &wrong, lookup).unwrap_err();
-        assert!(err.contains("maps to StorageClass \"go-only\""), "{err}");
-    }
-
-    #[test]
-    fn volumes_are_deleted_only_when_released_ours_and_reclaim_delete() {
-        use VolumeDecision::*;
-        let del = || Delete {
-            plugin: Some("hostpath".into()),
-        };
-        let cases = vec![
-            ("delete a released volume we made", pv(json!({})), del()),
-            (
-                "keep a bound volume",
-                pv(json!({"status": {"phase": "Bound"}})),
-                Ignore,
-            ),
-            (
-                "never delete a Retain volume",
-                pv(json!({"spec": {"persistentVolumeReclaimPolicy": "Retain"}})),
-                Ignore,
-            ),
-            (
-                "ignore another provisioner's volume",
-                pv(
-                    json!({"metadata": {"annotations": {"pv.kubernetes.io/provisioned-by": "other"}}}),
-                ),
-                Ignore,
-            ),
-            (
-                "delete a volume without a recorded plugin (a replaced provisioner's) by adoption",
-                pv(json!({"metadata": {"annotations": {"wasmprov.io/plugin": null}}})),
-                Delete { plugin: None },
-            ),
-            (
-                "delete a volume migrated to one of our names",
-                pv(json!({"metadata": {"annotations": {
-                    "pv.kubernetes.io/provisioned-by": "kubernetes.io/in-tree",
-                    "pv.kubernetes.io/migrated-to": "example.com/legacy"}}})),
-                del(),
-            ),
-            (
-                "delete a released volume being deleted while it carries our finalizer",
-                pv(
-                    json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z",
-                    "finalizers": ["external-provisioner.volume.kubernetes.io/finalizer"]}}),
-                ),
-                del(),
-            ),
-            (
-                "leave a volume being deleted without our finalizer alone",
-                pv(json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}})),
-                Ignore,
-            ),
-            (
-                "never delete a bound volume's storage, even when its object is deleted",
-                pv(
-                    json!({"status": {"phase": "Bound"}, "metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z",
-                    "finalizers": ["external-provisioner.volume.kubernetes.io/finalizer"]}}),
-                ),
-                Ignore,
-            ),
-        ];
-        for (case, pv_obj, want) in cases {
-            // (The finalizer's own table is below.)
-            assert_eq!(volume(&pv_obj, &names(), false), want, "{case}");
-        }
-    }
-
-    #[test]
-    fn our_finalizer_is_kept_exactly_on_our_delete_volumes_while_enabled() {
-        use VolumeDecision::*;
-        const FINALIZER: &str = "external-provisioner.volume.kubernetes.io/finalizer";
-        let bound = |extra: serde_json::Value| {
-            let mut base = json!({"status": {"phase": "Bound"}});
-            merge(&mut base, extra);
-            pv(base)
-        };
-        let held = json!({"metadata": {"finalizers": [FINALIZER]}});
-        let retain = json!({"spec": {"persistentVolumeReclaimPolicy": "Retain"}});
-        let cases = vec![
-            ("add it to a Delete volume made without it", bound(json!({})), true, AddFinalizer),
-            ("keep it", bound(held.clone()), true, Ignore),
-            ("remove it when turned off", bound(held.clone()), false, RemoveFinalizer),
-            ("nothing to do when off and absent", bound(json!({})), false, Ignore),
-            ("remove it from a Retain volume", bound(json!({"metadata": {"finalizers": [FINALIZER]}, "spec": {"persistentVolumeReclaimPolicy": "Retain"}})), true, RemoveFinalizer),
-            ("never add it to a Retain volume", bound(retain.clone()), true, Ignore),
-            (
-                "a deleted Released Retain volume is let go",
-                pv(json!({"metadata": {"finalizers": [FINALIZER], "deletionTimestamp": "2026-01-01T00:00:00Z"},
-                          "spec": {"persistentVolumeReclaimPolicy": "Retain"}})),
-                true,
-                RemoveFinalizer,
-            ),
-            (
-                "a deleted Bound Delete volume keeps it even when turned off (its storage is still to reclaim)",
-                bound(json!({"metadata": {"finalizers": [FINALIZER], "deletionTimestamp": "2026-01-01T00:00:00Z"}})),
-                false,
-                Ignore,
-            ),
-            ("never add it to an object being deleted", bound(json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}})), true, Ignore),
-            (
-                "not another provisioner's",
-                bound(json!({"metadata": {"annotations": {"pv.kubernetes.io/provisioned-by": "other"}}})),
-                true,
-                Ignore,
-            ),
-        ];
-        for (case, pv_obj, add_finalizer, want) in cases {
-            assert_eq!(volume(&pv_obj, &names(), add_finalizer), want, "{case}");
         }
     }
 }
