@@ -43,7 +43,12 @@
 //! grants and refuses a policy that could not mean what it says.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
+
+mod paths;
+
+pub use paths::{check_grant, names_a_volume, normalize, volume_named};
+use paths::{scan_for_links, LINK_SCAN_DEPTH};
 
 use serde::Deserialize;
 
@@ -96,11 +101,6 @@ pub const CSI_RESERVED_ATTRIBUTE_PREFIX: &str = "csi.storage.k8s.io/";
 /// The largest volume a plugin may return unless its policy says otherwise:
 /// far above any real volume, and far below the 16 EiB where sizes wrap.
 pub const DEFAULT_MAX_CAPACITY: u64 = 1 << 60;
-
-/// How deep the scan of a granted directory for links goes, and how many
-/// entries it looks at: the layouts plugins use are a level or two deep.
-const LINK_SCAN_DEPTH: usize = 4;
-const LINK_SCAN_ENTRIES: usize = 100_000;
 
 /// What a CSI driver grant allows beyond the driver's name.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -490,25 +490,6 @@ impl OutputSpec {
         Ok(policy)
     }
 }
-
-/// `/a/./b//c` → `/a/b/c`; a relative path or one with `..` is refused, not
-/// resolved, because what `..` means depends on links the host cannot see.
-pub fn normalize(path: &str) -> Result<PathBuf, String> {
-    let p = Path::new(path);
-    if !p.is_absolute() {
-        return Err(format!("{path:?} is not an absolute path"));
-    }
-    let mut out = PathBuf::new();
-    for c in p.components() {
-        match c {
-            Component::ParentDir => return Err(format!("{path:?} contains \"..\"")),
-            Component::CurDir => {}
-            other => out.push(other),
-        }
-    }
-    Ok(out)
-}
-
 /// A `csiDrivers` entry: the driver's name alone, or a mapping with limits.
 fn csi_driver(entry: serde_yaml::Value) -> Result<(String, CsiGrant), String> {
     let (name, limits) = match entry {
@@ -573,124 +554,6 @@ pub fn one_option(option: &str) -> Result<(), String> {
     }
     Ok(())
 }
-
-/// A granted directory exists and is its own canonical path: no link in it
-/// or in any of its parents, which could be changed to lead elsewhere.
-pub fn check_grant(grant: &Path) -> Result<(), String> {
-    match std::fs::canonicalize(grant) {
-        Ok(canonical) if canonical == grant => {}
-        Ok(canonical) => {
-            return Err(format!(
-                "{} goes through a symbolic link (it is {}); grant the real directory, {}, so no link can redirect it",
-                grant.display(),
-                canonical.display(),
-                canonical.display()
-            ))
-        }
-        Err(e) => {
-            return Err(format!(
-                "{} cannot be checked ({e}); the granted directory must exist: create it, or fix the path",
-                grant.display()
-            ))
-        }
-    }
-    if !grant.is_dir() {
-        return Err(format!(
-            "{} is not a directory; grant the directory the plugin's volumes are in",
-            grant.display()
-        ));
-    }
-    Ok(())
-}
-
-/// Whether a path component names a volume the host made: `pvc-` and a
-/// UID (8-4-4-4-12 hexadecimal digits).
-pub fn names_a_volume(component: &str) -> bool {
-    volume_named(component).is_some()
-}
-
-/// The first volume name (`pvc-` and a UID) in a path component, if any.
-pub fn volume_named(component: &str) -> Option<&str> {
-    let bytes = component.as_bytes();
-    (0..bytes.len()).find_map(|start| {
-        let rest = bytes[start..].strip_prefix(b"pvc-")?;
-        let uid = rest.get(..36)?;
-        uid.iter()
-            .enumerate()
-            .all(|(i, b)| match i {
-                8 | 13 | 18 | 23 => *b == b'-',
-                _ => b.is_ascii_hexdigit(),
-            })
-            .then(|| &component[start..start + 4 + 36])
-    })
-}
-
-/// Looks for symbolic links where volumes live in a granted directory: the
-/// directories a plugin lays out, down to the volumes themselves (whose
-/// contents belong to their pods and are not looked at). A link there is a
-/// volume swapped for a link, or a mistake: either way nothing may be
-/// handed out from this directory until someone looks.
-fn scan_for_links(grant: &Path, max_depth: usize) -> Result<(), String> {
-    let mut todo = vec![(grant.to_owned(), 0)];
-    let mut seen = 0usize;
-    while let Some((dir, depth)) = todo.pop() {
-        let entries = match std::fs::read_dir(&dir) {
-            Ok(entries) => entries,
-            // A directory this host's user may neither read nor enter (an
-            // ext4 disk's lost+found, owned by root, 0700): no path through
-            // it resolves for the host or its plugins, so nothing in it can
-            // be handed out.
-            Err(e) if depth > 0 && !searchable(&dir) => {
-                tracing::debug!(directory = %dir.display(), error = %e, "not looked into: this host cannot enter it");
-                continue;
-            }
-            Err(e) => {
-                return Err(format!(
-                    "cannot read {} to check it for links: {e}",
-                    dir.display()
-                ))
-            }
-        };
-        for entry in entries {
-            let entry = entry
-                .map_err(|e| format!("cannot read {} to check it for links: {e}", dir.display()))?;
-            seen += 1;
-            if seen > LINK_SCAN_ENTRIES {
-                return Ok(());
-            }
-            let path = entry.path();
-            let kind = entry
-                .file_type()
-                .map_err(|e| format!("cannot check {}: {e}", path.display()))?;
-            if kind.is_symlink() {
-                let target = std::fs::read_link(&path)
-                    .map(|t| t.display().to_string())
-                    .unwrap_or_else(|e| format!("unreadable: {e}"));
-                return Err(format!(
-                    "{} is a symbolic link (to {target}); no volume may be a link, as it can lead out of {}: find the PersistentVolume using it, remove the link, then reload the policy (or restart the host)",
-                    path.display(),
-                    grant.display()
-                ));
-            }
-            let volume = entry.file_name().to_str().is_some_and(names_a_volume);
-            if kind.is_dir() && !volume && depth + 1 < max_depth {
-                todo.push((path, depth + 1));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Whether this process may resolve paths through `dir` (search
-/// permission): looking up a name in it fails with "permission denied"
-/// only if it may not.
-fn searchable(dir: &Path) -> bool {
-    std::fs::symlink_metadata(dir.join(".wasmprov-search-check")).map_or_else(
-        |e| e.kind() != std::io::ErrorKind::PermissionDenied,
-        |_| true,
-    )
-}
-
 /// `server:/path`, the way `mount` writes an NFS export (`[v6]:/path` too).
 fn parse_export(export: &str) -> Result<NfsExport, String> {
     let bad = || {
@@ -739,184 +602,4 @@ fn is_dns_subdomain(s: &str) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn resolve(yaml: &str) -> Result<OutputPolicy, String> {
-        let spec: OutputSpec = serde_yaml::from_str(yaml).map_err(|e| e.to_string())?;
-        spec.resolve("plugins.p.output")
-            .map_err(|(f, m)| format!("{f}: {m}"))
-    }
-
-    #[test]
-    fn grants_are_normalised() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join("x/y")).unwrap();
-        let root = dir.path().display();
-        let p = resolve(&format!(
-            "{{sources: [hostPath, nfs], paths: [{root}//x/./y/], nfsExports: ['NFS.example:/exports/', '[fd00::5]:/e']}}",
-        ))
-        .unwrap();
-        assert_eq!(p.paths, vec![dir.path().join("x/y")]);
-        assert_eq!(p.nfs_exports[0].server, "nfs.example");
-        assert_eq!(p.nfs_exports[0].path, PathBuf::from("/exports"));
-        assert_eq!(p.nfs_exports[1].server, "[fd00::5]");
-        assert!(p.require_volume_name);
-        assert_eq!(p.max_capacity_bytes, DEFAULT_MAX_CAPACITY);
-    }
-
-    #[test]
-    fn a_grant_that_could_not_mean_what_it_says_is_refused() {
-        let empty = tempfile::tempdir().unwrap();
-        let paths_only = format!("{{paths: [{}]}}", empty.path().display());
-        for (yaml, want) in [
-            ("{sources: [hostpath]}", "did you mean hostPath?"),
-            ("{sources: [hostPath]}", "paths must say which ones"),
-            (
-                "{sources: [local], paths: [/]}",
-                "any directory of the node",
-            ),
-            ("{sources: [local], paths: [/a/../etc]}", "contains \"..\""),
-            ("{sources: [local], paths: [data]}", "not an absolute path"),
-            (
-                "{sources: [local], paths: [/no/such/grant/anywhere]}",
-                "the granted directory must exist",
-            ),
-            (paths_only.as_str(), "does not grant"),
-            ("{sources: [nfs]}", "nfsExports must say"),
-            ("{sources: [nfs], nfsExports: [10.0.0.5]}", "server:/path"),
-            (
-                "{sources: [nfs], nfsExports: ['10.0.0.5:exports']}",
-                "absolute",
-            ),
-            (
-                "{sources: [csi], csiDrivers: ['Disk CSI']}",
-                "CSI driver name",
-            ),
-            ("{csiDrivers: [disk.example.com]}", "does not grant"),
-            (
-                "{sources: [csi], csiDrivers: [{name: d.example.com, volumeAttributes: [pool]}]}",
-                "key=value, or key=*",
-            ),
-            (
-                "{sources: [csi], csiDrivers: [{name: d.example.com, volumeAttributes: ['csi.storage.k8s.io/pod.name=*']}]}",
-                "which Kubernetes sets itself",
-            ),
-            (
-                "{sources: [csi], csiDrivers: [{name: d.example.com, volumeHandlePrefixes: ['']}]}",
-                "non-empty prefix",
-            ),
-            (
-                "{sources: [csi], csiDrivers: [{name: d.example.com, handles: [a]}]}",
-                "csiDrivers[0]",
-            ),
-            (
-                "{sources: [iscsi]}",
-                "list it under plugins.p.output.uncheckedSources instead",
-            ),
-            ("{sources: [flexVolume]}", "cannot check where a flexVolume"),
-            ("{uncheckedSources: [nfs]}", "grant it under plugins.p.output.sources"),
-            ("{uncheckedSources: [iscsy]}", "not a volume source kind"),
-            ("{secretNamespaces: [Kube_System]}", "namespace name"),
-            ("{mountOptions: ['exec,suid']}", "not one mount option"),
-            ("{mountOptions: [\"a\\x1b\"]}", "control characters"),
-            ("{maxCapacity: 0}", "above 0"),
-            ("{maxCapacity: 2Ei}", "at most 1Ei"),
-            ("{maxCapacity: lots}", "plugins.p.output.maxCapacity"),
-            ("{labelPrefixes: ['']}", "every key"),
-            ("{labelPrefixes: [kubernetes.io/]}", "belongs to Kubernetes"),
-            (
-                "{annotationPrefixes: [pv.kubernetes.io/]}",
-                "under kubernetes.io",
-            ),
-            ("{annotationPrefixes: [x.k8s.io/]}", "under k8s.io"),
-            ("{annotationPrefixes: [wasmprov.io/]}", "under wasmprov.io"),
-            ("{mountOption: [hard]}", "unknown field `mountOption`"),
-        ] {
-            let err = resolve(yaml).expect_err(yaml);
-            assert!(err.contains(want), "{yaml}: {err}");
-        }
-    }
-
-    #[test]
-    fn unchecked_kinds_and_limited_csi_drivers_are_granted_as_written() {
-        let p = resolve(
-            "{sources: [csi], uncheckedSources: [iscsi], maxCapacity: 10Ti, requireVolumeName: false, csiDrivers: [a.example.com, {name: b.example.com, volumeHandlePrefixes: [pool/], volumeAttributes: ['fsType=*']}]}",
-        )
-        .unwrap();
-        assert!(p.sources.contains("iscsi") && p.sources.contains("csi"));
-        assert_eq!(p.csi_drivers["a.example.com"], CsiGrant::default());
-        assert_eq!(
-            p.csi_drivers["b.example.com"].volume_handle_prefixes,
-            vec!["pool/".to_owned()]
-        );
-        assert_eq!(p.max_capacity_bytes, 10 << 40);
-        assert!(!p.require_volume_name);
-    }
-
-    #[test]
-    fn a_grant_through_a_link_or_holding_one_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let real = dir.path().join("real");
-        std::fs::create_dir(&real).unwrap();
-        std::os::unix::fs::symlink(&real, dir.path().join("alias")).unwrap();
-        let err = resolve(&format!(
-            "{{sources: [hostPath], paths: [{}]}}",
-            dir.path().join("alias/.").display()
-        ))
-        .unwrap_err();
-        assert!(
-            err.contains("goes through a symbolic link")
-                && err.contains("grant the real directory"),
-            "{err}"
-        );
-
-        // A volume swapped for a link, one level down in a plugin's layout.
-        let volume = "pvc-0b7c1a52-7f1e-4e8e-9d52-3f0b7c1a5200";
-        std::fs::create_dir_all(real.join("fast")).unwrap();
-        std::os::unix::fs::symlink("/", real.join("fast").join(volume)).unwrap();
-        let yaml = format!("{{sources: [hostPath], paths: [{}]}}", real.display());
-        // The policy loads; that grant alone is unusable, saying why.
-        let unusable = resolve(&yaml).unwrap().unusable_paths;
-        let why = &unusable[&real];
-        assert!(
-            why.contains(&format!("fast/{volume} is a symbolic link (to /)")),
-            "{why}"
-        );
-        std::fs::remove_file(real.join("fast").join(volume)).unwrap();
-        // Links inside a volume are its pods' business.
-        std::fs::create_dir(real.join("fast").join(volume)).unwrap();
-        std::os::unix::fs::symlink("/", real.join("fast").join(volume).join("root")).unwrap();
-        assert!(resolve(&yaml).unwrap().unusable_paths.is_empty());
-        // In a pool, volumes have any name: a pod's ordinary link inside one
-        // (`current -> releases/2`) is its own business too.
-        std::fs::create_dir_all(real.join("disk1/releases/2")).unwrap();
-        std::os::unix::fs::symlink("releases/2", real.join("disk1/current")).unwrap();
-        let pool = format!(
-            "{{sources: [hostPath], paths: [{}], requireVolumeName: false}}",
-            real.display()
-        );
-        assert!(resolve(&pool).unwrap().unusable_paths.is_empty());
-        std::os::unix::fs::symlink("/", real.join("disk2")).unwrap();
-        assert!(resolve(&pool).unwrap().unusable_paths[&real].contains("disk2 is a symbolic link"));
-    }
-
-    #[test]
-    fn volume_names_are_recognised_inside_longer_names() {
-        assert!(names_a_volume("pvc-0b7c1a52-7f1e-4e8e-9d52-3f0b7c1a5200"));
-        assert!(names_a_volume(
-            "default-data-pvc-0b7c1a52-7f1e-4e8e-9d52-3f0b7c1a5200"
-        ));
-        assert!(!names_a_volume("pvc-0b7c1a52"));
-        assert!(!names_a_volume("fast"));
-        assert!(!names_a_volume("pvc-0b7c1a52x7f1e-4e8e-9d52-3f0b7c1a5200"));
-    }
-
-    #[test]
-    fn reserved_domains_include_their_subdomains_only() {
-        assert_eq!(reserved_domain("pv.kubernetes.io/x"), Some("kubernetes.io"));
-        assert_eq!(reserved_domain("K8S.IO/x"), Some("k8s.io"));
-        assert_eq!(reserved_domain("notkubernetes.io/x"), None);
-        assert_eq!(reserved_domain("example.com/kubernetes.io"), None);
-    }
-}
+mod tests;
