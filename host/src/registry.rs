@@ -404,6 +404,22 @@ impl PluginRegistry {
         true
     }
 
+    /// Stops `name`'s version from `origin` serving new claims, for `why`,
+    /// which claims of its classes are told; it still deletes the volumes it
+    /// made, and the next version applied serves again. Returns whether it
+    /// served.
+    pub async fn withdraw(&self, name: &str, origin: &Origin, why: &str) -> bool {
+        let withdrawn = self.remove(name, origin).await;
+        if withdrawn {
+            self.state
+                .write()
+                .expect("registry lock")
+                .rejected
+                .insert(name.to_owned(), (String::new(), why.to_owned()));
+        }
+        withdrawn
+    }
+
     /// Applies a new sandbox policy to every loaded plugin, or to none: if
     /// any plugin cannot run under it, the old policy stays.
     pub async fn set_policies(&self, policies: PolicySet) -> Result<(), String> {

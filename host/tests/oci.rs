@@ -746,6 +746,74 @@ async fn only_versions_signed_by_the_policys_keys_are_served() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn the_version_serving_is_checked_again_when_the_signature_keys_change() {
+    use wasmprov::provisioner::Provisioner;
+    let registry = Registry::start();
+    let release = cosign::Key::new(1);
+    let stranger = cosign::Key::new(2);
+    let keys = tempfile::tempdir().unwrap();
+    let release_pub = keys.path().join("release.pub");
+    let stranger_pub = keys.path().join("stranger.pub");
+    std::fs::write(&release_pub, release.public_pem()).unwrap();
+    std::fs::write(&stranger_pub, stranger.public_pem()).unwrap();
+    let repository = registry.reference("rekeyed/hostpath");
+    let reference = format!("{repository}:stable");
+    let v1 = std::fs::read(rust_plugin_path("hostpath")).unwrap();
+    let v1_manifest = oci::push(&reference, "hostpath", &v1, &plain())
+        .await
+        .unwrap();
+    let registries = plain_http(&registry);
+    let cache = tempfile::tempdir().unwrap();
+    // Unsigned, and no signature required: served.
+    let (host, policy_dir) = host_of(&reference, cache.path(), &registries).await;
+    serving(&host, &oci::digest(&v1), "no signature required").await;
+    let trusting = |keys: &[&std::path::Path]| {
+        let keys: Vec<String> = keys.iter().map(|k| k.display().to_string()).collect();
+        let policy = format!(
+            "plugins:\n  hostpath:\n    image: {{reference: {reference}, pollInterval: 1s, \
+             signature: {{keys: [{}]}}}}\nregistries:\n{registries}",
+            keys.join(", ")
+        );
+        std::fs::write(policy_dir.path().join("policy.yaml"), policy).unwrap();
+    };
+    let withdrawn = |what: &'static str| {
+        let host = host.clone();
+        async move {
+            let started = Instant::now();
+            while host.serving_digest("hostpath").is_some() {
+                assert!(started.elapsed() < Duration::from_secs(60), "{what}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            host.plugin("hostpath").unwrap_err()
+        }
+    };
+
+    // A key is required now: the unsigned version serving is withdrawn,
+    // and a claim is told why.
+    trusting(&[&release_pub]);
+    let told = withdrawn("a key is required and the version is unsigned").await;
+    assert!(
+        told.contains(&format!("its version {v1_manifest}"))
+            && told.contains(
+                "is not signed by a key plugins.hostpath.image.signature.keys trusts now"
+            ),
+        "{told}"
+    );
+    // Once signed with that key, the same version serves again.
+    cosign::sign_v2(&repository, &v1_manifest, &v1_manifest, &release).await;
+    serving(&host, &oci::digest(&v1), "signed with the key now").await;
+    // The key that vouched for it is no longer trusted: withdrawn again.
+    trusting(&[&stranger_pub]);
+    withdrawn("its key was removed").await;
+    // Trusted again beside another key: served.
+    trusting(&[&stranger_pub, &release_pub]);
+    serving(&host, &oci::digest(&v1), "its key trusted again").await;
+    // A key added beside the one that vouched for it changes nothing.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(host.serving_digest("hostpath"), Some(oci::digest(&v1)));
+}
+
 #[tokio::test]
 async fn an_image_for_image_volumes_holds_the_plugins_at_its_root() {
     let registry = Registry::start();

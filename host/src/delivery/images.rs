@@ -7,6 +7,10 @@
 //! A registry's `mirrors` are asked first, in order, then the registry.
 //! With `signature` in the policy, a version is pulled only once a cosign
 //! signature of its digest by one of the keys is found ([`oci::signature`]).
+//! The version serving is checked again when the keys change (a key added
+//! where none was required, or the one that vouched for it removed or
+//! replaced): signed by none of today's keys, it is withdrawn from new
+//! claims (it still deletes the volumes it made).
 //!
 //! Every component pulled is kept on disk by its manifest digest (under
 //! the compile cache directory, `oci/`), with the digest each plugin last
@@ -36,7 +40,21 @@ struct Tracked {
     reference: String,
     /// The digest last handed to the registry (loaded or refused).
     digest: Option<String>,
+    /// The fingerprint of the key whose signature vouched for `digest`,
+    /// when one was required.
+    signer: Option<String>,
     next: Instant,
+}
+
+impl Tracked {
+    fn new(reference: &str) -> Self {
+        Tracked {
+            reference: reference.to_owned(),
+            digest: None,
+            signer: None,
+            next: Instant::now(),
+        }
+    }
 }
 
 /// Follows the policy's image references.
@@ -65,23 +83,18 @@ impl Follower {
             let entry = self
                 .tracked
                 .entry(name.to_owned())
-                .or_insert_with(|| Tracked {
-                    reference: image.reference.clone(),
-                    digest: None,
-                    next: Instant::now(),
-                });
+                .or_insert_with(|| Tracked::new(&image.reference));
             if entry.reference != image.reference {
-                *entry = Tracked {
-                    reference: image.reference.clone(),
-                    digest: None,
-                    next: Instant::now(),
-                };
+                *entry = Tracked::new(&image.reference);
+            }
+            let endpoints = endpoints(&policies, image);
+            let cache = self.cache.as_deref();
+            if distrusted(name, image, entry) {
+                recheck(&self.registry, name, image, &endpoints, entry, cache).await;
             }
             if Instant::now() < entry.next {
                 continue;
             }
-            let endpoints = endpoints(&policies, image);
-            let cache = self.cache.as_deref();
             let served = update(&self.registry, name, image, &endpoints, entry, cache).await;
             // A pinned version never changes: looked at again only if the
             // policy changes its reference.
@@ -117,11 +130,13 @@ async fn update(
         Ok(digest) => digest,
         Err(e) => {
             if tracked.digest.is_none() {
-                if let Some((digest, component)) = cached(cache, name, image) {
+                if let Some(last) = cached(cache, name, image) {
+                    let digest = last.digest;
                     tracing::warn!(plugin = name, reference = %image.reference, %digest, "{e}; serving the version cached on disk until the registry answers");
                     let origin = Origin::image(&image.reference, &digest);
-                    registry.apply(name, component, &origin).await;
+                    registry.apply(name, last.component, &origin).await;
                     tracked.digest = Some(digest);
+                    tracked.signer = last.signer;
                     return false;
                 }
             }
@@ -152,11 +167,78 @@ async fn update(
     let origin = Origin::image(&image.reference, &digest);
     let reload = registry.apply(name, pulled, &origin).await;
     tracked.digest = Some(digest.clone());
+    tracked.signer = signed.map(|s| s.fingerprint);
     if matches!(reload, Reload::Loaded { .. } | Reload::Unchanged) {
-        let signer = signed.as_ref().map(|s| s.fingerprint.as_str());
-        remember(cache, name, &image.reference, &digest, signer);
+        remember(
+            cache,
+            name,
+            &image.reference,
+            &digest,
+            tracked.signer.as_deref(),
+        );
     }
     true
+}
+
+/// Whether the version handed to the registry was accepted under other
+/// keys than the policy's today: none were required then, or the key that
+/// vouched for it is no longer one of them. Keys that cannot be read now
+/// leave it be (the next new version reports them).
+fn distrusted(name: &str, image: &ImageSource, tracked: &Tracked) -> bool {
+    if tracked.digest.is_none() {
+        return false;
+    }
+    match signature_keys(name, image) {
+        Ok(keys) if !keys.is_empty() => !keys
+            .iter()
+            .any(|k| Some(&k.fingerprint) == tracked.signer.as_ref()),
+        _ => false,
+    }
+}
+
+/// Checks the version handed to the registry against today's keys: still
+/// signed by one of them, it keeps serving; otherwise (or if no registry
+/// can say) it serves no new claims, and the reference is looked up again
+/// shortly, as a version never seen.
+async fn recheck(
+    registry: &PluginRegistry,
+    name: &str,
+    image: &ImageSource,
+    endpoints: &[Endpoint],
+    tracked: &mut Tracked,
+    cache: Option<&Path>,
+) {
+    let Some(digest) = tracked.digest.clone() else {
+        return;
+    };
+    match signature(name, image, &digest, endpoints).await {
+        // The keys went between the two reads: nothing to check.
+        Ok(None) => tracked.signer = None,
+        Ok(Some(signed)) => {
+            tracing::info!(plugin = name, reference = %image.reference, %digest, key = %signed.key, "the signature keys changed; the version serving is signed by one of them ({})", signed.format);
+            tracked.signer = Some(signed.fingerprint);
+            remember(
+                cache,
+                name,
+                &image.reference,
+                &digest,
+                tracked.signer.as_deref(),
+            );
+        }
+        Err(e) => {
+            let why = format!(
+                "its version {digest} ({}) is not signed by a key plugins.{name}.image.signature.keys \
+                 trusts now, so it serves no new claim: {e}",
+                image.reference
+            );
+            let origin = Origin::image(&image.reference, &digest);
+            if registry.withdraw(name, &origin, &why).await {
+                tracing::error!(plugin = name, reference = %image.reference, %digest, "{why}; it still deletes the volumes it made");
+            }
+            *tracked = Tracked::new(&image.reference);
+            tracked.next = Instant::now() + RETRY.min(image.poll_interval);
+        }
+    }
 }
 
 /// One registry to ask for an image: a mirror or the image's own.
@@ -389,10 +471,18 @@ fn remember(cache: Option<&Path>, name: &str, reference: &str, digest: &str, sig
     }
 }
 
+/// A version found in the disk cache.
+struct Cached {
+    digest: String,
+    component: Vec<u8>,
+    /// The fingerprint of the key that vouched for it, if one was required.
+    signer: Option<String>,
+}
+
 /// The version `name` last served from `image`'s reference, from the disk
 /// cache. When signatures are required, only a version one of today's
 /// keys vouched for (a removed key's versions are not served again).
-fn cached(cache: Option<&Path>, name: &str, image: &ImageSource) -> Option<(String, Vec<u8>)> {
+fn cached(cache: Option<&Path>, name: &str, image: &ImageSource) -> Option<Cached> {
     let dir = cache?;
     let text = std::fs::read_to_string(last_file(dir, name)).ok()?;
     let mut lines = text.lines();
@@ -406,5 +496,9 @@ fn cached(cache: Option<&Path>, name: &str, image: &ImageSource) -> Option<(Stri
         return None;
     }
     let component = std::fs::read(component_file(dir, &digest)).ok()?;
-    Some((digest, component))
+    Some(Cached {
+        digest,
+        component,
+        signer: (signer != "unsigned").then(|| signer.to_owned()),
+    })
 }
