@@ -438,12 +438,22 @@ fn plain_http(registry: &Registry) -> String {
 
 /// Waits until `host` serves hostpath at `digest`.
 async fn serving(host: &wasmprov::registry::PluginRegistry, digest: &str, what: &str) {
+    serving_as(host, "hostpath", digest, what).await
+}
+
+/// Waits until `host` serves `plugin` at `digest`.
+async fn serving_as(
+    host: &wasmprov::registry::PluginRegistry,
+    plugin: &str,
+    digest: &str,
+    what: &str,
+) {
     let started = Instant::now();
-    while host.serving_digest("hostpath").as_deref() != Some(digest) {
+    while host.serving_digest(plugin).as_deref() != Some(digest) {
         assert!(
             started.elapsed() < Duration::from_secs(60),
             "{what}: serving {:?}",
-            host.serving_digest("hostpath")
+            host.serving_digest(plugin)
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -513,6 +523,66 @@ async fn a_host_follows_a_plugin_by_reference_and_survives_its_registry_going() 
 }
 
 /// A `.dockerconfigjson` holding `user`'s `password` for `registry`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_in_flight_when_the_tag_moves_finishes_on_the_version_it_started_with() {
+    use support::{claim, class, guest_path, options, MISBEHAVE_OUTPUT, OK_PREOPEN};
+    use wasmprov::provisioner::Provisioner;
+    let registry = Registry::start();
+    let reference = registry.reference("plugins/slow:stable");
+    let slow = std::fs::read(guest_path("misbehave")).unwrap();
+    let [v1, v2] = ["1", "2"].map(|tag| support::variant(&slow, tag));
+    oci::push(&reference, "slow", &v1, &plain()).await.unwrap();
+    support::ok_preopen();
+    let cache = tempfile::tempdir().unwrap();
+    let policy = format!(
+        "plugins:\n  slow:\n    image: {{reference: {reference}, pollInterval: 1s}}\n    \
+         timeout: 30s\n    preopens: [{OK_PREOPEN}]\n    output: {MISBEHAVE_OUTPUT}\n\
+         registries:\n{}",
+        plain_http(&registry)
+    );
+    let (host, _policy) = host_with(&policy, cache.path()).await;
+    serving_as(&host, "slow", &oci::digest(&v1), "v1 by tag").await;
+    let made_by = |pv: &k8s_openapi::api::core::v1::PersistentVolume| {
+        pv.metadata.annotations.as_ref().unwrap()["wasmprov.io/plugin-digest"].clone()
+    };
+
+    // A call that takes seconds is running when the tag moves.
+    let in_flight = tokio::spawn({
+        let host = host.clone();
+        async move {
+            let opts = options(
+                "pvc-long",
+                class("c", &[("behavior", "spin"), ("spin-ms", "8000")]),
+                claim("long", "1Mi"),
+            );
+            host.provision("slow", &opts).await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    oci::push(&reference, "slow", &v2, &plain()).await.unwrap();
+    serving_as(&host, "slow", &oci::digest(&v2), "v2 once the tag moved").await;
+    assert!(
+        !in_flight.is_finished(),
+        "the reload came after the call ended"
+    );
+    let opts = options(
+        "pvc-after",
+        class("c", &[("behavior", "ok")]),
+        claim("after", "1Mi"),
+    );
+    let after = host.provision("slow", &opts).await.unwrap();
+    assert_eq!(made_by(&after), oci::digest(&v2), "new calls get v2");
+    let long = in_flight
+        .await
+        .unwrap()
+        .expect("the call in flight succeeds");
+    assert_eq!(
+        made_by(&long),
+        oci::digest(&v1),
+        "the call in flight finished on the version it started with"
+    );
+}
+
 fn dockerconfigjson(registry: &str, user: &str, password: &str) -> String {
     use base64::Engine;
     let auth = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
