@@ -704,16 +704,44 @@ async fn mirrors_are_asked_first_and_serve_when_the_registry_is_gone() {
     );
 }
 
+/// The release key a policy trusts and a stranger's, with their public
+/// keys written as cosign writes `cosign.pub`.
+struct SigningKeys {
+    release: cosign::Key,
+    release_pub: std::path::PathBuf,
+    stranger: cosign::Key,
+    stranger_pub: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl SigningKeys {
+    fn new() -> Self {
+        let (release, stranger) = (cosign::Key::new(1), cosign::Key::new(2));
+        let _dir = tempfile::tempdir().unwrap();
+        let release_pub = _dir.path().join("release.pub");
+        let stranger_pub = _dir.path().join("stranger.pub");
+        std::fs::write(&release_pub, release.public_pem()).unwrap();
+        std::fs::write(&stranger_pub, stranger.public_pem()).unwrap();
+        SigningKeys {
+            release,
+            release_pub,
+            stranger,
+            stranger_pub,
+            _dir,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn only_versions_signed_by_the_policys_keys_are_served() {
     let registry = Registry::start();
-    let release = cosign::Key::new(1);
-    let stranger = cosign::Key::new(2);
-    let keys = tempfile::tempdir().unwrap();
-    let release_pub = keys.path().join("release.pub");
-    let stranger_pub = keys.path().join("stranger.pub");
-    std::fs::write(&release_pub, release.public_pem()).unwrap();
-    std::fs::write(&stranger_pub, stranger.public_pem()).unwrap();
+    let SigningKeys {
+        release,
+        release_pub,
+        stranger,
+        stranger_pub,
+        _dir,
+    } = SigningKeys::new();
     let repository = registry.reference("signed/hostpath");
     let reference = format!("{repository}:stable");
     let v1 = std::fs::read(rust_plugin_path("hostpath")).unwrap();
@@ -820,13 +848,13 @@ async fn only_versions_signed_by_the_policys_keys_are_served() {
 async fn the_version_serving_is_checked_again_when_the_signature_keys_change() {
     use wasmprov::provisioner::Provisioner;
     let registry = Registry::start();
-    let release = cosign::Key::new(1);
-    let stranger = cosign::Key::new(2);
-    let keys = tempfile::tempdir().unwrap();
-    let release_pub = keys.path().join("release.pub");
-    let stranger_pub = keys.path().join("stranger.pub");
-    std::fs::write(&release_pub, release.public_pem()).unwrap();
-    std::fs::write(&stranger_pub, stranger.public_pem()).unwrap();
+    let SigningKeys {
+        release,
+        release_pub,
+        stranger_pub,
+        _dir,
+        ..
+    } = SigningKeys::new();
     let repository = registry.reference("rekeyed/hostpath");
     let reference = format!("{repository}:stable");
     let v1 = std::fs::read(rust_plugin_path("hostpath")).unwrap();

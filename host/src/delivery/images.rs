@@ -166,16 +166,10 @@ async fn update(
     };
     let origin = Origin::image(&image.reference, &digest);
     let reload = registry.apply(name, pulled, &origin).await;
-    tracked.digest = Some(digest.clone());
+    tracked.digest = Some(digest);
     tracked.signer = signed.map(|s| s.fingerprint);
     if matches!(reload, Reload::Loaded { .. } | Reload::Unchanged) {
-        remember(
-            cache,
-            name,
-            &image.reference,
-            &digest,
-            tracked.signer.as_deref(),
-        );
+        remember(cache, name, tracked);
     }
     true
 }
@@ -217,13 +211,7 @@ async fn recheck(
         Ok(Some(signed)) => {
             tracing::info!(plugin = name, reference = %image.reference, %digest, key = %signed.key, "the signature keys changed; the version serving is signed by one of them ({})", signed.format);
             tracked.signer = Some(signed.fingerprint);
-            remember(
-                cache,
-                name,
-                &image.reference,
-                &digest,
-                tracked.signer.as_deref(),
-            );
+            remember(cache, name, tracked);
         }
         Err(e) => {
             let why = format!(
@@ -456,18 +444,20 @@ fn keep(dir: &Path, file: &Path, bytes: &[u8]) -> std::io::Result<()> {
     crate::files::write_whole(file, bytes)
 }
 
-/// Records that `name` served `digest` of `reference`, signed by the key
-/// of fingerprint `signer` if one was required.
-fn remember(cache: Option<&Path>, name: &str, reference: &str, digest: &str, signer: Option<&str>) {
-    if let Some(dir) = cache {
-        let text = format!("{reference}\n{digest}\n{}\n", signer.unwrap_or("unsigned"));
-        if let Err(e) = keep(dir, &last_file(dir, name), text.as_bytes()) {
-            tracing::warn!(
-                plugin = name,
-                "cannot record the version served in {}: {e}",
-                dir.display()
-            );
-        }
+/// Records that `name` served the version `tracked` names, signed by the
+/// key of its signer's fingerprint if one was required.
+fn remember(cache: Option<&Path>, name: &str, tracked: &Tracked) {
+    let (Some(dir), Some(digest)) = (cache, &tracked.digest) else {
+        return;
+    };
+    let signer = tracked.signer.as_deref().unwrap_or("unsigned");
+    let text = format!("{}\n{digest}\n{signer}\n", tracked.reference);
+    if let Err(e) = keep(dir, &last_file(dir, name), text.as_bytes()) {
+        tracing::warn!(
+            plugin = name,
+            "cannot record the version served in {}: {e}",
+            dir.display()
+        );
     }
 }
 
