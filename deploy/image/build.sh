@@ -10,8 +10,15 @@
 #
 #   bash deploy/image/build.sh [--out DIR]       # the wasmprov image
 #   bash deploy/image/build.sh --busybox [--out DIR]
+#   bash deploy/image/build.sh --binary FILE [--out DIR]
 #
 # Prints the tarball's path on stdout (DIR defaults to target/images).
+#
+# --binary puts an already built wasmprov in the image, its debug
+# information stripped, instead of building the release one: the
+# end-to-end tests pass the dev-profile binary cargo built for them (whose
+# Wasm compiler is optimised, Cargo.toml), as building the release profile
+# as well would add minutes to a run from a cold cache.
 #
 # --busybox makes the stand-in for docker.io/library/busybox:1.37, the
 # image of the Deployment's `hostpath-owner` init container, from Debian's
@@ -23,11 +30,12 @@ here=$root/deploy/image
 say() { echo "image: $*" >&2; }
 fail() { say "error: $*"; exit 1; }
 
-what=wasmprov out=$root/target/images
+what=wasmprov out=$root/target/images binary=''
 while [[ $# -gt 0 ]]; do
     case $1 in
         --busybox) what=busybox; shift ;;
         --out) out=$2; shift 2 ;;
+        --binary) binary=$2; shift 2 ;;
         *) fail "unknown argument '$1' (usage: see the header of $0)" ;;
     esac
 done
@@ -80,16 +88,22 @@ name=ghcr.io/wasmprov/wasmprov:$version
 grep -q "image: $name\$" "$root/deploy/deployment.yaml" \
     || fail "deploy/deployment.yaml does not run $name (host/Cargo.toml's version): make them agree"
 
-target=${CARGO_TARGET_DIR:-$root/target}
-say "building the release binary (cargo build --release --locked -p wasmprov)"
-t0=$SECONDS
-(cd "$root" && cargo build --release --locked -q -p wasmprov) >&2 \
-    || fail "cargo build --release failed (its output is above)"
-binary=$target/release/wasmprov
-say "release binary ready in $((SECONDS - t0)) s"
+if [[ -n $binary ]]; then
+    [[ -f $binary && -x $binary ]] || fail "--binary $binary is not an executable file"
+    say "using $binary (no release build)"
+else
+    target=${CARGO_TARGET_DIR:-$root/target}
+    say "building the release binary (cargo build --release --locked -p wasmprov)"
+    t0=$SECONDS
+    (cd "$root" && cargo build --release --locked -q -p wasmprov) >&2 \
+        || fail "cargo build --release failed (its output is above)"
+    binary=$target/release/wasmprov
+    say "release binary ready in $((SECONDS - t0)) s"
+fi
 
 # distroless cc-debian12:nonroot's files that the binary uses.
 install -D -m 0755 "$binary" "$rootfs$copy"
+strip --strip-debug "$rootfs$copy"
 interpreter=$(readelf -l "$binary" | sed -n 's/.*Requesting program interpreter: \(.*\)]/\1/p')
 [[ -n $interpreter ]] || fail "$binary names no program interpreter (readelf -l)"
 install -D -m 0755 "$(readlink -f "$interpreter")" "$rootfs$interpreter"

@@ -50,7 +50,12 @@ pub const NODES: usize = 3;
 /// Deployment and DaemonSet available. Blocks: call it from a thread of
 /// its own in async code.
 pub fn deploy(dir: &Path) -> Cluster {
-    let images = vec![image(&[]), image(&["--busybox"])];
+    // The binary cargo built for these tests: a release build as well
+    // would add minutes to a cold run (deploy/image/build.sh --binary).
+    let images = vec![
+        image(&["--binary", env!("CARGO_BIN_EXE_wasmprov")]),
+        image(&["--busybox"]),
+    ];
     let cluster = Cluster::start(Options {
         node: Some(NodeOptions {
             images,
