@@ -985,7 +985,7 @@ impl Cluster {
                         component: c.name,
                         status: status.to_string(),
                         log: c.log.clone(),
-                        tail: c.log_tail(20),
+                        tail: c.log_excerpt(20),
                     });
                 }
             }
@@ -1003,7 +1003,7 @@ impl Cluster {
                     component,
                     waited: limit,
                     what: what.to_owned(),
-                    tail: process::log_tail(&log, 20),
+                    tail: process::log_excerpt(&log, 20),
                     log,
                 });
             }

@@ -122,7 +122,7 @@ impl Network {
                     waited: Duration::from_secs(5),
                     what: "`unshare --net` to make a network namespace".into(),
                     log: holder.log.clone(),
-                    tail: holder.log_tail(10),
+                    tail: holder.log_excerpt(10),
                 });
             }
             std::thread::sleep(Duration::from_millis(10));
@@ -465,7 +465,7 @@ state = "{state}"
                     component: "containerd",
                     status: status.to_string(),
                     log: containerd.log.clone(),
-                    tail: containerd.log_tail(20),
+                    tail: containerd.log_excerpt(20),
                 });
             }
             if containerd_socket.exists() && run(node.ctr_command().arg("version")).is_ok() {
@@ -477,7 +477,7 @@ state = "{state}"
                     waited: Duration::from_secs(60),
                     what: "`ctr version` to answer".into(),
                     log: containerd.log.clone(),
-                    tail: containerd.log_tail(20),
+                    tail: containerd.log_excerpt(20),
                 });
             }
             std::thread::sleep(Duration::from_millis(100));

@@ -119,8 +119,8 @@ impl Component {
     }
 
     /// The last `lines` lines of the component's log.
-    pub fn log_tail(&self, lines: usize) -> String {
-        log_tail(&self.log, lines)
+    pub fn log_excerpt(&self, lines: usize) -> String {
+        log_excerpt(&self.log, lines)
     }
 
     /// SIGTERM, then SIGKILL if it has not exited within `grace`.
@@ -156,7 +156,7 @@ impl Drop for Component {
 /// shown cut short, as CI shows a panic, still names the cause), a warning
 /// when the log's disk is nearly full (a component that cannot write its
 /// data exits at once), then the last `lines` lines (of its last 64 KiB).
-pub fn log_tail(path: &Path, lines: usize) -> String {
+pub fn log_excerpt(path: &Path, lines: usize) -> String {
     let mut text = String::new();
     if let Ok(mut file) = File::open(path) {
         let len = file.metadata().map(|m| m.len()).unwrap_or(0);
@@ -231,7 +231,7 @@ mod tests {
              {\"level\":\"warn\",\"msg\":\"closing\"}\n",
         )
         .unwrap();
-        let excerpt = log_tail(&log, 1);
+        let excerpt = log_excerpt(&log, 1);
         assert!(
             excerpt
                 .starts_with("(last error line: {\"level\":\"fatal\",\"msg\":\"listener failed\""),
