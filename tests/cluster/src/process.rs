@@ -118,7 +118,7 @@ impl Component {
         self.child.id()
     }
 
-    /// The last `lines` lines of the component's log.
+    /// [`log_excerpt`] of the component's log: its last error line, then its last `lines` lines.
     pub fn log_excerpt(&self, lines: usize) -> String {
         log_excerpt(&self.log, lines)
     }
